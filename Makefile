@@ -1,0 +1,39 @@
+# Two commands do the whole set-up: `make demo` and `make test`.
+# The venv is (re)installed only when pyproject.toml changes (stamp file).
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.arborl-installed
+
+.PHONY: install demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: anything that asks for torch unpinned would pull a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/arborl train
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check arborl tests bench
+
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/train_step.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,2 @@
+"""arborl: RL for language-model agents."""
+__version__ = "0.1.0"

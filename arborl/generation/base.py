@@ -1,0 +1,53 @@
+"""One interface for every generation backend: token ids in, token ids and logprobs out.
+
+The rollout engine works in token ids so that what the model generated is exactly what
+training scores (no re-tokenization drift). Backends that only speak text (HTTP APIs)
+encode and decode with the policy's tokenizer at their boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one completion per prompt."""
+
+    max_new_tokens: int = 32
+    """Largest number of tokens generated for one prompt."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 disables)."""
+    top_k: int = 0
+    """Keep only the k most likely tokens (0 disables)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings: generation of a row ends once its text contains one (kept in output)."""
+    seed: int | None = None
+    """Seed for this call; None draws from the backend's own generator."""
+
+
+@dataclass
+class Completion:
+    """One generated completion."""
+
+    token_ids: list[int]
+    """Generated token ids (without the prompt), including a matched stop or EOS token."""
+    logprobs: list[float]
+    """Log-probability of each generated token under the sampling distribution's model
+    (temperature-scaled logits), one per token id."""
+    text: str
+    """Decoded text of `token_ids`."""
+    finish_reason: str
+    """'stop' (stop string or EOS) or 'length' (max_new_tokens reached)."""
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Generate one completion for each prompt (given as token ids)."""
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[Completion]: ...
