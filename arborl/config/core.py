@@ -117,6 +117,12 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{path}={value!r}: expected an int")
         return value
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML reads `1e-5` (no dot) as a string, so `optim.lr=1e-5` arrives as text.
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{path}={value!r}: expected a number")
         return float(value)
@@ -187,13 +193,20 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         v = _coerce(path, value, hints[key])
         _check_range(path, v, fields[key].metadata)
         kwargs[key] = v
-    obj = cls(**kwargs)
     for name, f in fields.items():  # defaults must pass the same range checks
-        if name not in kwargs:
-            _check_range(f"{prefix}{name}", getattr(obj, name), f.metadata)
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        validate(prefix)
+        if name not in kwargs and f.default is not dataclasses.MISSING:
+            _check_range(f"{prefix}{name}", f.default, f.metadata)
+    try:
+        # A section may check cross-field rules in `__post_init__` or `validate(prefix)`;
+        # their ValueErrors become ConfigErrors so that the CLI reports them the same way.
+        obj = cls(**kwargs)
+        validate = getattr(obj, "validate", None)
+        if validate is not None:
+            validate(prefix.rstrip(".") or "config")
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
     return obj
 
 
@@ -292,7 +305,11 @@ def load_config(
                 raise ConfigError(
                     f"{key}={text!r}: no file {path}; choose one of {choices}.{hint}"
                 )
-            data = _deep_merge(data, {key: _read_yaml(path)})
+            group = _read_yaml(path)
+            # `_root_:` in a group file sets keys of other sections (an env file choosing
+            # agent settings that suit it, for example).
+            root = group.pop("_root_", None) or {}
+            data = _deep_merge(_deep_merge(data, root), {key: group})
         else:
             dotted.append((key, _parse_value(text)))
     for key, value in dotted:

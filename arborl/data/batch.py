@@ -52,7 +52,9 @@ class Batch:
         info: dict[str, Any] | None = None,
     ) -> None:
         self.tensors: dict[str, torch.Tensor] = dict(tensors or {})
-        self.meta: dict[str, np.ndarray] = {k: _as_meta_array(k, v) for k, v in (meta or {}).items()}
+        self.meta: dict[str, np.ndarray] = {
+            k: _as_meta_array(k, v) for k, v in (meta or {}).items()
+        }
         self.info: dict[str, Any] = dict(info or {})
         self._check()
 
@@ -120,7 +122,10 @@ class Batch:
             o = other.meta[k]
             if len(v) != len(o) or not all(_meta_equal(a, b) for a, b in zip(v, o)):
                 return False
-        return _meta_equal(self.info, other.info)
+        # Key by key: `dict == dict` raises on numpy-array values.
+        return self.info.keys() == other.info.keys() and all(
+            _meta_equal(v, other.info[k]) for k, v in self.info.items()
+        )
 
     def _missing(self, keys: Iterable[str]) -> list[str]:
         return [k for k in keys if k not in self]
@@ -141,6 +146,8 @@ class Batch:
         if isinstance(index, slice):
             return self._take(index, index)
         idx = torch.as_tensor(index)
+        if idx.numel() == 0 and idx.dtype != torch.bool:
+            idx = idx.long()  # `b[[]]`: an empty list becomes a float tensor
         if idx.dtype == torch.bool:
             if idx.shape != (len(self),):
                 raise IndexError(
@@ -301,7 +308,7 @@ class Batch:
     def __getstate__(self) -> dict[str, Any]:
         # numpy arrays are what Ray's object store serialises zero-copy.
         return {
-            "tensors": {k: v.detach().cpu().numpy() for k, v in self.tensors.items()},
+            "tensors": {k: _to_numpy(v) for k, v in self.tensors.items()},
             "dtypes": {k: str(v.dtype) for k, v in self.tensors.items()},
             "meta": self.meta,
             "info": self.info,
@@ -311,7 +318,8 @@ class Batch:
         self.tensors = {}
         for k, v in state["tensors"].items():
             t = torch.from_numpy(np.array(v))  # copy: object-store buffers are read-only
-            self.tensors[k] = t
+            dtype = getattr(torch, state["dtypes"][k].removeprefix("torch."))
+            self.tensors[k] = t.view(dtype) if t.dtype != dtype else t
         self.meta = state["meta"]
         self.info = state["info"]
 
@@ -321,7 +329,14 @@ class Batch:
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, path / "tensors.safetensors")
+        tensors, seen = {}, set()
+        for k, v in self.tensors.items():
+            v = v.detach().contiguous()
+            ptr = v.untyped_storage().data_ptr()
+            # safetensors refuses tensors that share memory (e.g. after `b["y"] = b["x"]`).
+            tensors[k] = v.clone() if ptr in seen else v
+            seen.add(ptr)
+        save_file(tensors, path / "tensors.safetensors")
         doc = {
             "length": len(self),
             "tensor_order": list(self.tensors),
@@ -354,6 +369,12 @@ class Batch:
                 arr = np.array(values, dtype=m["dtype"])
             meta[k] = arr
         return cls(tensors, meta, decode_json_value(doc["info"]))
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    # numpy has no bfloat16: move the raw bits as int16 and view them back on unpickling.
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
 
 def _meta_equal(a: Any, b: Any) -> bool:

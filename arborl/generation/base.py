@@ -48,6 +48,4 @@ class Completion:
 class GenerationBackend(Protocol):
     """Generate one completion for each prompt (given as token ids)."""
 
-    def generate(
-        self, prompts: list[list[int]], params: SamplingParams
-    ) -> list[Completion]: ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...

@@ -1,0 +1,91 @@
+"""`AgentConfig`: how observations become prompts and completions become actions.
+
+One dataclass for the whole agent layer (memory, prompt layout, action format) so that a
+run's prompt format is written down in its resolved config and checked before any work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MEMORY_KINDS = ("full", "last_k", "summary")
+ACTION_FORMATS = ("plain", "react")
+FORMAT_ERROR_ACTIONS = ("raw", "empty")
+INSTRUCTION_ROLES = ("user", "system")
+
+
+@dataclass
+class AgentConfig:
+    """Prompt construction, memory and action parsing for one agent."""
+
+    memory: str = "full"
+    """Which past turns the `step`-view prompt shows: "full" (all), "last_k" (the last
+    `memory_k`), or "summary" (a running text summary instead of past turns). The
+    `episode` view always keeps the full token sequence and requires "full"."""
+    memory_k: int = 4
+    """Number of past turns shown by `memory="last_k"`."""
+    summary_fn: Callable[..., str] | str | None = None
+    """Summary hook for `memory="summary"`: a callable or a "module:function" string with
+    signature `(previous_summary, observation, response, turn) -> str`. None uses the
+    deterministic rule-based summary ("turns so far: N; last observation: ...")."""
+    action_format: str = "plain"
+    """"plain": the whole response (up to the end-of-turn token) is the action, the default
+    for tiny char models; "react": `<think>...</think><action>...</action>`."""
+    think_tag: str = "think"
+    """Tag name of the reasoning block in the "react" format."""
+    action_tag: str = "action"
+    """Tag name of the action block in the "react" format."""
+    require_thought: bool = False
+    """In the "react" format, a response without a closed think block is not format-ok."""
+    on_format_error: str = "raw"
+    """Action sent to the env when the response is malformed: "raw" (the stripped response
+    text, which the env then judges) or "empty" (the empty string, always invalid)."""
+    max_obs_chars: int | None = None
+    """Keep only the first this many characters of each observation (None: no limit)."""
+    system_prompt: str | None = None
+    """Instruction text shown to the agent; None uses the env's `instruction`."""
+    include_instruction: bool = True
+    """Show the instruction at all (tiny models trained without it turn this off)."""
+    repeat_instruction: bool = False
+    """Show the instruction in every user message, not only the first one of the prompt."""
+    instruction_role: str = "user"
+    """"user": prefix the instruction to the first user message; "system": put it in a
+    system message (for chat templates that support one)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, prefix: str = "agent") -> None:
+        """Raise `ValueError` naming the field, the value and what is allowed."""
+        choices: dict[str, tuple[Any, tuple[str, ...]]] = {
+            "memory": (self.memory, MEMORY_KINDS),
+            "action_format": (self.action_format, ACTION_FORMATS),
+            "on_format_error": (self.on_format_error, FORMAT_ERROR_ACTIONS),
+            "instruction_role": (self.instruction_role, INSTRUCTION_ROLES),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ValueError(f"{prefix}.{name}={value!r} is not one of {list(allowed)}")
+        if not isinstance(self.memory_k, int) or self.memory_k < 0:
+            raise ValueError(f"{prefix}.memory_k={self.memory_k!r} must be an int >= 0")
+        if self.max_obs_chars is not None and self.max_obs_chars < 1:
+            raise ValueError(
+                f"{prefix}.max_obs_chars={self.max_obs_chars!r} must be >= 1 or None (no limit)"
+            )
+        for name in ("think_tag", "action_tag"):
+            tag = getattr(self, name)
+            if not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ "):
+                raise ValueError(
+                    f"{prefix}.{name}={tag!r} must be a bare tag name such as 'action' "
+                    "(no angle brackets, slashes or spaces)"
+                )
+        if self.summary_fn is not None and not (
+            callable(self.summary_fn)
+            or (isinstance(self.summary_fn, str) and ":" in self.summary_fn)
+        ):
+            raise ValueError(
+                f"{prefix}.summary_fn={self.summary_fn!r} must be a callable or a "
+                "'module:function' string"
+            )

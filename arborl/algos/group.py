@@ -1,0 +1,160 @@
+"""Critic-free advantages from one score per episode and a group id per episode.
+
+A group is the set of episodes sampled for one task (`group_size` of them). The estimators
+compare each episode with the others of its group:
+
+- `grpo`: (s - mean) / (std + eps); `norm_by_std=False` gives Dr.GRPO's s - mean.
+- `rloo`: s minus the mean of the *other* members = (s - mean) * n / (n - 1).
+- `reinforce_pp`: REINFORCE++, whitening over the whole batch; with `baseline=True` the
+  group mean is subtracted first (verl's `reinforce_plus_plus_baseline`).
+
+Design choices, each tested:
+- The std is the unbiased one (`torch.std`, divisor n - 1), as in verl, so numbers match
+  verl runs. For a group of 2 with scores (0, 1) the advantages are -/+0.7071.
+- A singleton group has nothing to compare with and gets advantage 0 (verl instead returns
+  the raw score, which mixes a baseline-free signal into a baseline method).
+- Batch whitening in `reinforce_pp` is over episodes, one value each. verl whitens over
+  tokens, which weighs long responses more; broadcast the result over tokens afterwards.
+
+Group ids may be an integer tensor, a numpy array, or any list of hashables (strings,
+tuples); they are factorised once in O(N) and all statistics use `index_add_`, so the cost
+is O(N) whatever the number of groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from arborl.algos.masked import masked_whiten
+
+
+def group_index(group_ids: Any) -> tuple[torch.Tensor, int]:
+    """Factorise group ids into `(index (N,) long, num_groups)`; index in [0, num_groups).
+
+    Accepts an integer/bool tensor, a numpy array, or a sequence of hashables. Groups are
+    numbered by order of first appearance for sequences, by sorted value for tensors.
+    """
+    if isinstance(group_ids, torch.Tensor):
+        if group_ids.dim() != 1 or group_ids.is_floating_point():
+            raise ValueError(
+                f"group_ids must be a 1-D integer tensor, got dtype {group_ids.dtype} and "
+                f"shape {tuple(group_ids.shape)}; pass ints or a list of hashables"
+            )
+        uniq, inverse = torch.unique(group_ids, return_inverse=True)
+        return inverse.long(), int(uniq.numel())
+    if isinstance(group_ids, np.ndarray) and group_ids.dtype != object:
+        uniq, inverse = np.unique(group_ids.reshape(-1), return_inverse=True)
+        return torch.from_numpy(inverse.astype(np.int64)), int(uniq.size)
+    return _index_hashables(group_ids, "group_ids")
+
+
+def _index_hashables(ids: Sequence[Hashable], what: str) -> tuple[torch.Tensor, int]:
+    codes: dict[Hashable, int] = {}
+    out = np.empty(len(ids), dtype=np.int64)
+    for i, key in enumerate(ids):
+        try:
+            out[i] = codes.setdefault(key, len(codes))
+        except TypeError:
+            raise TypeError(
+                f"{what}[{i}]={key!r} is not hashable; use ints, strings or tuples "
+                "(convert lists/arrays with tuple(...))"
+            ) from None
+    return torch.from_numpy(out), len(codes)
+
+
+def as_scores(scores: Any, what: str = "scores") -> torch.Tensor:
+    """Turn a 1-D tensor/array/list into a float tensor (float64 stays float64)."""
+    t = torch.as_tensor(scores)
+    if t.dim() != 1:
+        raise ValueError(f"{what} must be 1-D (one value per row), got shape {tuple(t.shape)}")
+    return t if t.is_floating_point() else t.float()
+
+
+def group_stats(
+    x: torch.Tensor, index: torch.Tensor, num_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group `(mean, unbiased std, count)`, each (num_groups,); std is 0 for singletons.
+
+    Two passes (mean, then squared deviations) for numerical stability.
+    """
+    index = index.to(x.device)
+    count = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(
+        0, index, torch.ones_like(x)
+    )
+    total = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, index, x)
+    mean = total / count.clamp(min=1)  # (G,)
+    sq = torch.zeros_like(mean).index_add_(0, index, (x - mean[index]) ** 2)
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))  # (G,)
+    return mean, std, count
+
+
+def _prepare(scores: Any, group_ids: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+    s = as_scores(scores)
+    index, num_groups = group_index(group_ids)
+    if index.numel() != s.numel():
+        raise ValueError(
+            f"group_ids has {index.numel()} entries but scores has {s.numel()}; "
+            "give one group id per score"
+        )
+    return s, index.to(s.device), num_groups
+
+
+def grpo(scores: Any, group_ids: Any, norm_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO advantage per episode, (N,): (s - group mean) / (group std + eps).
+
+    `norm_by_std=False` is Dr.GRPO (s - group mean). Singleton groups get 0.
+    """
+    s, index, num_groups = _prepare(scores, group_ids)
+    mean, std, count = group_stats(s, index, num_groups)
+    adv = s - mean[index]
+    if norm_by_std:
+        adv = adv / (std[index] + eps)
+    return torch.where(count[index] > 1, adv, torch.zeros_like(adv))
+
+
+def drgrpo(scores: Any, group_ids: Any) -> torch.Tensor:
+    """Dr.GRPO: `grpo` without the division by the group std, (N,)."""
+    return grpo(scores, group_ids, norm_by_std=False)
+
+
+def rloo(scores: Any, group_ids: Any) -> torch.Tensor:
+    """RLOO advantage, (N,): s_i minus the mean of the other members of its group.
+
+    Equals (s_i - mean) * n / (n - 1). Singleton groups get 0.
+    """
+    s, index, num_groups = _prepare(scores, group_ids)
+    mean, _, count = group_stats(s, index, num_groups)
+    n = count[index]
+    adv = (s - mean[index]) * n / (n - 1).clamp(min=1)
+    return torch.where(n > 1, adv, torch.zeros_like(adv))
+
+
+def reinforce_pp(
+    scores: Any, group_ids: Any = None, baseline: bool = False, eps: float = 1e-8
+) -> torch.Tensor:
+    """REINFORCE++ advantage, (N,): scores whitened over the whole batch.
+
+    With `baseline=True` (needs `group_ids`) the group mean is subtracted before whitening;
+    `group_ids` is ignored otherwise. Whitening uses the unbiased batch variance; a batch of
+    one episode is only centred (giving 0).
+    """
+    s = as_scores(scores)
+    if baseline:
+        if group_ids is None:
+            raise ValueError(
+                "reinforce_pp(baseline=True) needs group_ids (one per score) to subtract "
+                "the group mean; pass them or use baseline=False"
+            )
+        s, index, num_groups = _prepare(s, group_ids)
+        mean, _, _ = group_stats(s, index, num_groups)
+        s = s - mean[index]
+    return masked_whiten(s, torch.ones_like(s), eps=eps)
+
+
+def reinforce_pp_baseline(scores: Any, group_ids: Any) -> torch.Tensor:
+    """REINFORCE++ with a group-mean baseline, then batch whitening, (N,)."""
+    return reinforce_pp(scores, group_ids, baseline=True)

@@ -1,0 +1,105 @@
+"""`arborl eval`: success rate (Wilson 95% CI) of a policy, beside random and oracle.
+
+    arborl eval --policy runs/demo/checkpoints/final --env arborl/Maze-v0 \\
+        --split test --num-episodes 200 --json eval.json
+
+Every policy runs the same tasks (one task seed draw from --seed), so rows are paired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from arborl.cli._policy_args import add_policy_args, configs_from_args
+
+COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("success", "success_rate", "{:.3f}"),
+    ("95% CI", "ci", "{}"),
+    ("return", "mean_return", "{:.3f}"),
+    ("turns", "mean_turns", "{:.2f}"),
+    ("invalid", "invalid_action_rate", "{:.3f}"),
+    ("episodes", "episodes", "{:.0f}"),
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="success rate of a policy with a 95%% CI, beside random and oracle",
+        description="Evaluate a policy on an env split; random and oracle rows for scale.",
+    )
+    add_policy_args(p, default_split="test")
+    p.add_argument("--json", default=None, help="also write the table as JSON to this file")
+    p.add_argument("--no-baselines", action="store_true", help="skip the random and oracle rows")
+    p.set_defaults(func=run)
+
+
+def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
+    """One table row: run `policy_spec` on the shared tasks and summarise."""
+    from arborl.rollout import collect_episodes, make_policy
+
+    cfg, agent = configs_from_args(args, group_size=1)
+    policy = make_policy(policy_spec, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
+    try:
+        result = collect_episodes(
+            policy,
+            args.env,
+            args.num_episodes,
+            cfg,
+            split=args.split,
+            seed=args.seed,
+            chunk_episodes=args.chunk_episodes,
+        )
+    except NotImplementedError as e:  # e.g. an env without an oracle
+        return {"policy": policy_spec, "error": str(e)}
+    s = result.stats
+    return {
+        "policy": policy_spec,
+        "success_rate": s["success_rate"],
+        "ci_low": s["success_ci_low"],
+        "ci_high": s["success_ci_high"],
+        "mean_return": s["mean_return"],
+        "mean_turns": s["mean_turns"],
+        "invalid_action_rate": s["invalid_action_rate"],
+        "format_ok_rate": s["format_ok_rate"],
+        "episodes": s["episodes"],
+        "wall_s": s["wall_s"],
+    }
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cells = [[c[0] for c in COLUMNS]]
+    for r in rows:
+        if "error" in r:
+            cells.append([r["policy"], f"n/a ({r['error'][:60]})"] + [""] * (len(COLUMNS) - 2))
+            continue
+        r = {**r, "ci": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"}
+        cells.append([fmt.format(r[key]) for _, key, fmt in COLUMNS])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def run(args: argparse.Namespace) -> int:
+    specs = [args.policy]
+    if not args.no_baselines:
+        specs += [b for b in ("random", "oracle") if b != args.policy]
+    rows = [evaluate(args, s) for s in specs]
+    print(f"{args.env}  split={args.split}  episodes={args.num_episodes}  seed={args.seed}")
+    print(format_table(rows))
+    if args.json:
+        doc = {
+            "env": args.env,
+            "split": args.split,
+            "num_episodes": args.num_episodes,
+            "seed": args.seed,
+            "temperature": args.temperature,
+            "rows": rows,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=2))
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,37 @@
+"""Text environments: the `Env` protocol, the registry, built-in envs, checks and pools.
+
+    from arborl.envs import make, check_env
+    env = make("arborl/Maze-v0", split="test")
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("up")
+    check_env("arborl/Maze-v0")  # raises EnvCheckError listing every failure
+
+Built-in envs are registered on import (as strings; their modules load on `make`).
+"""
+
+from arborl.envs.base import INFO_KEYS, SPLITS, Env, TextEnv
+from arborl.envs.builtin import register_builtin_envs
+from arborl.envs.check import EnvCheckError, check_env
+from arborl.envs.pool import EnvPool, StepResult
+from arborl.envs.registry import EnvSpec, make, register, registered_ids, spec
+from arborl.envs.splits import split_of, task_id_of
+
+register_builtin_envs()
+
+__all__ = [
+    "INFO_KEYS",
+    "SPLITS",
+    "Env",
+    "EnvCheckError",
+    "EnvPool",
+    "EnvSpec",
+    "StepResult",
+    "TextEnv",
+    "check_env",
+    "make",
+    "register",
+    "registered_ids",
+    "spec",
+    "split_of",
+    "task_id_of",
+]

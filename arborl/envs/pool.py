@@ -1,0 +1,136 @@
+"""`EnvPool`: a batch of in-process envs stepped together, with GRPO-style task groups.
+
+`reset(seeds, group_size)` gives each group of `group_size` consecutive envs the same
+seed, hence the same task, and tags every info with its `group_id`; group-relative
+advantages (GRPO, RLOO, GiGPO) need exactly that. `step` advances only the envs it is
+given actions for, and the pool never auto-resets: a finished env stays finished (and
+inactive) until the next `reset`, so the rollout loop owns episode boundaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from arborl.envs.registry import make
+
+
+class StepResult(NamedTuple):
+    """One env's `step` output (unpacks like Gymnasium's 5-tuple)."""
+
+    obs: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class EnvPool:
+    """`num_envs` envs built from a registry id (with `kwargs`) or from a zero-arg factory."""
+
+    def __init__(self, env: str | Callable[[], Any], num_envs: int, **kwargs: Any) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs={num_envs!r} must be >= 1")
+        if isinstance(env, str):
+            self.envs = [make(env, **kwargs) for _ in range(num_envs)]
+        elif callable(env):
+            if kwargs:
+                raise TypeError(
+                    f"EnvPool got kwargs {sorted(kwargs)} with a factory; bind them in it"
+                )
+            self.envs = [env() for _ in range(num_envs)]
+        else:
+            raise TypeError(f"EnvPool needs an env id or a factory, got {type(env).__name__}")
+        self.num_envs = num_envs
+        self.group_ids: list[int] = list(range(num_envs))
+        self._done = [True] * num_envs  # nothing is active before the first reset
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __getitem__(self, i: int) -> Any:
+        return self.envs[i]
+
+    @property
+    def active(self) -> list[int]:
+        """Indices of envs whose episode is still running."""
+        return [i for i, done in enumerate(self._done) if not done]
+
+    @property
+    def done(self) -> list[bool]:
+        """Per-env flag: the episode ended (or the env was never reset)."""
+        return list(self._done)
+
+    def reset(
+        self,
+        seeds: Sequence[int],
+        group_size: int = 1,
+        options: dict | Sequence[dict | None] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Reset all envs: group g (envs g*group_size .. +group_size-1) uses `seeds[g]`.
+
+        `options` is one dict for every env or one per group. Returns (obs, infos) per env;
+        each info also carries `group_id` and `env_index`.
+        """
+        if group_size < 1 or self.num_envs % group_size:
+            raise ValueError(
+                f"group_size={group_size!r} must be >= 1 and divide num_envs={self.num_envs}"
+            )
+        num_groups = self.num_envs // group_size
+        if len(seeds) != num_groups:
+            raise ValueError(
+                f"got {len(seeds)} seeds for {num_groups} groups (num_envs={self.num_envs}, "
+                f"group_size={group_size}); pass one seed per group"
+            )
+        if options is None or isinstance(options, dict):
+            group_options = [options] * num_groups
+        elif len(options) == num_groups:
+            group_options = list(options)
+        else:
+            raise ValueError(
+                f"options must be a dict or one per group ({num_groups}), got {len(options)}"
+            )
+        all_obs, all_infos = [], []
+        for i, env in enumerate(self.envs):
+            g = i // group_size
+            obs, info = env.reset(seed=seeds[g], options=group_options[g])
+            all_obs.append(obs)
+            all_infos.append({**info, "group_id": g, "env_index": i})
+        self.group_ids = [i // group_size for i in range(self.num_envs)]
+        self._done = [False] * self.num_envs
+        return all_obs, all_infos
+
+    def step(
+        self, actions: dict[int, str] | Sequence[str | None]
+    ) -> tuple[list[StepResult | None], list[bool]]:
+        """Step the envs given an action (a dict by index, or a list with None to skip).
+
+        Returns one `StepResult` per env (None for envs not stepped) and the `done` flags.
+        An action for a finished env is an error: the pool never auto-resets.
+        """
+        if isinstance(actions, dict):
+            todo = dict(actions)
+        else:
+            if len(actions) != self.num_envs:
+                raise ValueError(
+                    f"got {len(actions)} actions for {self.num_envs} envs; use None to skip"
+                )
+            todo = {i: a for i, a in enumerate(actions) if a is not None}
+        for i in todo:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"env index {i} out of range 0..{self.num_envs - 1}")
+            if self._done[i]:
+                raise ValueError(
+                    f"env {i} is done (or not reset); pass None for it or reset the pool"
+                )
+        results: list[StepResult | None] = [None] * self.num_envs
+        for i, action in todo.items():
+            obs, reward, terminated, truncated, info = self.envs[i].step(action)
+            info = {**info, "group_id": self.group_ids[i], "env_index": i}
+            results[i] = StepResult(obs, float(reward), bool(terminated), bool(truncated), info)
+            self._done[i] = bool(terminated or truncated)
+        return results, list(self._done)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,222 @@
+"""String-keyed env registry with lazy `"module:Class"` entry points (Gymnasium-style).
+
+`register` records an `EnvSpec`; nothing is imported until `make` needs the class, so a
+broken or heavy env never slows down or breaks the others. Ids are versioned
+(`arborl/Sokoban-v0`). Every id is mirrored into Gymnasium's registry as a thin
+`gymnasium.Env` wrapper with `Text` spaces, so `gymnasium.make("arborl/Sokoban-v0")` works
+once `arborl.envs` is imported.
+
+Third-party packages add envs through the `arborl.envs` entry-point group, read on the first
+lookup: a value that loads to a class is registered under the entry point's name; any other
+callable is called and is expected to call `register` itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import importlib.metadata
+import inspect
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTRY_POINT_GROUP = "arborl.envs"
+_ID_RE = re.compile(r"^(?:[\w.-]+/)?[\w.-]+-v\d+$")
+
+
+@dataclass
+class EnvSpec:
+    """Everything needed to build an env by id."""
+
+    id: str
+    """Versioned id, e.g. `arborl/Sokoban-v0`."""
+    entry_point: Any
+    """`"module:Class"` (imported lazily) or a callable returning an env."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Default constructor kwargs; `make(id, **kw)` overrides them."""
+    max_turns: int | None = None
+    """Turn limit passed as `max_turns=` unless the caller gives one (None: env default)."""
+    description: str = ""
+    """One line for `arborl env list`."""
+
+    def load(self) -> Any:
+        """The class or factory behind `entry_point`."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, sep, attr = str(self.entry_point).partition(":")
+        if not sep or not attr:
+            raise ValueError(
+                f"env {self.id!r}: entry_point={self.entry_point!r} must be 'module:Class'"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ImportError(
+                f"env {self.id!r}: cannot import module {module_name!r} of entry_point "
+                f"{self.entry_point!r}: {e}"
+            ) from e
+        try:
+            return getattr(module, attr)
+        except AttributeError as e:
+            raise AttributeError(
+                f"env {self.id!r}: module {module_name!r} has no attribute {attr!r} "
+                f"(entry_point={self.entry_point!r})"
+            ) from e
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_entry_points_loaded = False
+
+
+def register(
+    id: str,
+    entry_point: Any = None,
+    kwargs: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    description: str = "",
+) -> EnvSpec:
+    """Register an env under a versioned `id`; re-registering an id replaces it."""
+    if not isinstance(id, str) or not _ID_RE.match(id):
+        raise ValueError(
+            f"env id {id!r} is not versioned: use 'namespace/Name-vN', e.g. 'me/Maze-v0'"
+        )
+    if entry_point is None:
+        raise ValueError(f"register({id!r}): entry_point is required ('module:Class')")
+    env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), max_turns, description)
+    _REGISTRY[id] = env_spec
+    _register_with_gymnasium(id)
+    return env_spec
+
+
+def _load_entry_points() -> None:
+    """Read the `arborl.envs` entry-point group once (on the first lookup)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if inspect.isclass(obj):
+                register(ep.name, entry_point=ep.value)
+            elif callable(obj):
+                obj()
+            else:
+                raise TypeError(f"loaded {type(obj).__name__}, not a class or a callable")
+        except Exception as e:  # a broken plug-in must not break every other env
+            warnings.warn(
+                f"arborl env entry point {ep.name!r} = {ep.value!r} (group "
+                f"{ENTRY_POINT_GROUP!r}) failed to load and was skipped: {e!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+def registered_ids() -> list[str]:
+    """All registered ids, sorted (entry points included)."""
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def spec(id: str) -> EnvSpec:
+    """The `EnvSpec` of `id`; unknown ids raise `KeyError` naming the closest known ones."""
+    _load_entry_points()
+    if id in _REGISTRY:
+        return _REGISTRY[id]
+    close = difflib.get_close_matches(id, list(_REGISTRY), n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise KeyError(
+        f"no env registered as {id!r}.{hint} Known ids: {', '.join(sorted(_REGISTRY))}. "
+        "Register one with arborl.envs.register(id, 'module:Class')."
+    )
+
+
+def _check_kwargs(env_id: str, creator: Any, kwargs: dict[str, Any]) -> None:
+    """Raise if `creator` cannot take a kwarg: a silently ignored knob is a wrong experiment."""
+    try:
+        sig = inspect.signature(creator)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: let the call itself fail
+    params = sig.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    accepted = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    bad = sorted(set(kwargs) - set(accepted))
+    if bad:
+        raise TypeError(
+            f"env {env_id!r} ({getattr(creator, '__qualname__', creator)}) does not accept "
+            f"kwarg(s) {bad}; accepted: {accepted}"
+        )
+
+
+def make(id: str, **kwargs: Any) -> Any:
+    """Build the env registered as `id`; `kwargs` override the spec's defaults."""
+    env_spec = spec(id)
+    creator = env_spec.load()
+    all_kwargs = {**env_spec.kwargs, **kwargs}
+    if env_spec.max_turns is not None and "max_turns" not in all_kwargs:
+        all_kwargs["max_turns"] = env_spec.max_turns
+    _check_kwargs(id, creator, all_kwargs)
+    env = creator(**all_kwargs)
+    try:
+        env.env_id = id  # a preset (Game24 on CountdownEnv) reports the id it was made as
+    except AttributeError:
+        pass  # envs with slots or a read-only id keep theirs
+    return env
+
+
+# --- Gymnasium mirror ---------------------------------------------------------------------
+
+
+@functools.cache
+def _gym_wrapper_class() -> type:
+    """Build the `gymnasium.Env` wrapper class on first use (keeps gymnasium import lazy)."""
+    import gymnasium
+    from gymnasium.spaces import Text
+
+    class GymTextEnv(gymnasium.Env):
+        """A `gymnasium.Env` over an arborl text env; spaces are `Text`."""
+
+        metadata = {"render_modes": []}
+
+        def __init__(self, arborl_id: str, **kwargs: Any) -> None:
+            self.env = make(arborl_id, **kwargs)
+            self.observation_space = Text(max_length=1 << 20)
+            self.action_space = Text(max_length=1 << 20)
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None):
+            super().reset(seed=seed)
+            return self.env.reset(seed=seed, options=options)
+
+        def step(self, action: str):
+            return self.env.step(action)
+
+        def close(self) -> None:
+            self.env.close()
+
+    return GymTextEnv
+
+
+def _make_gym_env(arborl_id: str, **kwargs: Any) -> Any:
+    return _gym_wrapper_class()(arborl_id, **kwargs)
+
+
+def _register_with_gymnasium(id: str) -> None:
+    try:
+        import gymnasium
+    except ImportError:  # pragma: no cover - gymnasium is a core dependency
+        return
+    gymnasium.registry.pop(id, None)  # re-registering must not warn about overriding
+    gymnasium.register(
+        id=id,
+        entry_point=functools.partial(_make_gym_env, id),
+        disable_env_checker=True,
+        order_enforce=True,
+    )

@@ -1,0 +1,239 @@
+"""Batched sampling from an HF causal LM with our own KV-cache loop.
+
+Why not `model.generate`: rollouts need the exact log-probability of every sampled token
+(the same number `arborl.models.token_logprobs` recomputes in training), stop strings that
+end a row as soon as its text contains them, and rows that finish early dropped from the
+batch *and* the cache so the remaining rows run faster. The loop is prefill once, then one
+token per step for the rows still running.
+
+Left padding is invisible to the model: position ids count real tokens only (pads sit at
+position 0 and are masked), so a prompt gives the same tokens and logprobs alone or inside
+a padded batch. Randomness is per prompt too: prompt i draws from its own stream keyed by
+(seed, i), so outputs do not depend on `max_batch_size` or on which rows finish first.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedTokenizerBase
+
+from arborl.generation.base import Completion, SamplingParams
+from arborl.models.scoring import position_ids_from_mask
+
+
+def check_params(params: SamplingParams) -> None:
+    """Reject bad sampling parameters before any work, naming the field and the fix."""
+    if params.max_new_tokens < 1:
+        raise ValueError(f"SamplingParams.max_new_tokens={params.max_new_tokens} must be >= 1")
+    if params.temperature < 0:
+        raise ValueError(
+            f"SamplingParams.temperature={params.temperature} must be >= 0 (0 = greedy)"
+        )
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"SamplingParams.top_p={params.top_p} must be in (0, 1] (1 disables)")
+    if params.top_k < 0:
+        raise ValueError(f"SamplingParams.top_k={params.top_k} must be >= 0 (0 disables)")
+    if any(not s for s in params.stop):
+        raise ValueError(f"SamplingParams.stop={params.stop!r} contains an empty string")
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, V) logits and (B,) uniforms in [0, 1) -> (B,) chosen ids and (B,) logprobs.
+
+    Sampling is by inverse CDF with one uniform per row, so a row's draw never depends on
+    which other rows share its batch. The logprob is log_softmax(logits / temperature) at
+    the chosen id (raw logits when greedy), taken *before* top-k/top-p truncation: it is the
+    number training recomputes from the full distribution, not the renormalised one.
+    """
+    logits = logits.float()
+    if params.temperature == 0:
+        chosen = logits.argmax(dim=-1)  # (B,)
+        logp = torch.log_softmax(logits, dim=-1)
+        return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+    if uniforms is None:
+        raise ValueError("sample_next needs uniforms when temperature > 0")
+    scaled = logits / params.temperature  # (B, V)
+    logp = torch.log_softmax(scaled, dim=-1)
+    filtered = scaled
+    if 0 < params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(filtered, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the mass before it already reaches top_p (the top one stays).
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= params.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (B, V)
+    # side="right": the first id whose CDF exceeds u, which never lands on a zero-prob id.
+    target = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+
+def row_uniforms(base_seed: int, num_rows: int, num_steps: int) -> torch.Tensor:
+    """(num_rows, num_steps) uniforms; row i depends only on (base_seed, i)."""
+    out = torch.empty(num_rows, num_steps)
+    for i in range(num_rows):
+        # Knuth multiplicative mix keeps nearby (seed, row) pairs on unrelated streams.
+        seed = (base_seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9) % (2**63)
+        out[i] = torch.rand(num_steps, generator=torch.Generator().manual_seed(seed))
+    return out
+
+
+@dataclass
+class _Row:
+    """Book-keeping of one prompt while it generates."""
+
+    budget: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = ""
+
+
+class HFBackend:
+    """`GenerationBackend` over an in-process HF causal LM (batched, KV cache, pruning)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        device: str = "cpu",
+        max_batch_size: int = 64,
+        seed: int = 0,
+        skip_special_tokens: bool = False,
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
+        self.model = model.to(device)
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_size = max_batch_size
+        self.skip_special_tokens = skip_special_tokens
+        """Decode `Completion.text` without special tokens (ids always keep them)."""
+        self._generator = torch.Generator().manual_seed(seed)
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos.update(cfg_eos if isinstance(cfg_eos, list) else [cfg_eos])
+        self.eos_token_ids = sorted(e for e in eos if e is not None)
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        )
+        self.max_length = getattr(model.config, "max_position_embeddings", None) or 10**9
+        # transformers 5.x renamed `past_key_values` to `cache` (old name warns until 5.40).
+        forward_params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in order. Same `params.seed` -> same outputs."""
+        check_params(params)
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompts[{i}] is empty; give at least one token (e.g. BOS)")
+            if len(p) >= self.max_length:
+                raise ValueError(
+                    f"prompts[{i}] has {len(p)} tokens, the model's limit is {self.max_length}"
+                    " (max_position_embeddings); shorten the prompt"
+                )
+        # Each prompt gets its own random stream keyed by (seed, position in `prompts`), so
+        # outputs do not depend on batch size, batching order or the other prompts.
+        base_seed = params.seed
+        if base_seed is None:
+            base_seed = int(torch.randint(2**62, (1,), generator=self._generator))
+        uniforms = row_uniforms(base_seed, len(prompts), params.max_new_tokens)
+        # Similar lengths together means less padding; results go back in input order.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.max_batch_size):
+            idx = order[start : start + self.max_batch_size]
+            batch = self._generate_batch([prompts[i] for i in idx], params, uniforms[idx])
+            for i, c in zip(idx, batch):
+                results[i] = c
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, uniforms: torch.Tensor
+    ) -> list[Completion]:
+        num_rows, width = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((num_rows, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((num_rows, width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = position_ids_from_mask(mask)  # (B, T)
+        rows = [_Row(min(params.max_new_tokens, self.max_length - len(p)), [], []) for p in prompts]
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
+        max_stop = max((len(s) for s in params.stop), default=0)
+
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        next_pos = positions[:, -1] + 1  # (B,)
+        active = list(range(num_rows))  # original row of each batch row
+        step = 0
+        while True:
+            u = uniforms[active, step]  # (b,)
+            chosen, logp = sample_next(out.logits[:, -1], params, u)  # (b,), (b,)
+            step += 1
+            is_eos = torch.isin(chosen, eos).tolist()
+            keep: list[int] = []
+            for b, (r, t, lp) in enumerate(zip(active, chosen.tolist(), logp.tolist())):
+                row = rows[r]
+                if row.finish_reason:  # finished, waiting for the next prune
+                    continue
+                row.token_ids.append(t)
+                row.logprobs.append(lp)
+                if is_eos[b] or (max_stop and self._hit_stop(row.token_ids, params.stop, max_stop)):
+                    row.finish_reason = "stop"
+                elif len(row.token_ids) >= row.budget:
+                    row.finish_reason = "length"
+                else:
+                    keep.append(b)
+            if not keep:
+                break
+            # Pruning copies the whole cache, so wait until it removes >= 1/8 of the rows.
+            if len(active) - len(keep) >= max(1, len(active) // 8):
+                sel = torch.tensor(keep, dtype=torch.long, device=self.device)
+                cache.batch_select_indices(sel)
+                mask, next_pos, chosen = mask[sel], next_pos[sel], chosen[sel]
+                active = [active[b] for b in keep]
+            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)  # (b, T+1)
+            out = self.model(
+                input_ids=chosen[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
+            next_pos = next_pos + 1
+        return [
+            Completion(
+                token_ids=row.token_ids,
+                logprobs=row.logprobs,
+                text=self.tokenizer.decode(
+                    row.token_ids, skip_special_tokens=self.skip_special_tokens
+                ),
+                finish_reason=row.finish_reason,
+            )
+            for row in rows
+        ]
+
+    def _hit_stop(self, token_ids: list[int], stop: list[str], max_stop: int) -> bool:
+        # Each token decodes to >= 1 char (bar partial UTF-8 bytes), so the last
+        # max_stop + 4 tokens cover any stop string that the newest token completed.
+        tail = self.tokenizer.decode(token_ids[-(max_stop + 4) :], skip_special_tokens=False)
+        return any(s in tail for s in stop)

@@ -1,0 +1,138 @@
+"""Generate through any OpenAI-compatible `/v1/completions` endpoint (arborl serve, vLLM).
+
+The endpoint speaks text, the rollout engine speaks token ids: prompts are decoded with the
+policy's tokenizer (special tokens kept as text, so `<|user|>` re-tokenizes to itself on
+the server) and the returned text is encoded back. For that round trip to be exact the
+server must return special tokens and matched stop strings, so the request carries the
+vLLM extensions `skip_special_tokens=false` and `include_stop_str_in_output=true`
+(`arborl serve` honours both). Servers that ignore them can return text that re-encodes to
+slightly different ids.
+
+Logprobs: `logprobs=1` is requested; when the server returns one logprob per re-encoded
+token they are used, otherwise the completion carries zeros and
+`logprobs_from_server=False`, so training must recompute them (`token_logprobs`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+from transformers import PreTrainedTokenizerBase
+
+from arborl.generation.base import Completion, SamplingParams
+from arborl.generation.hf import check_params
+
+
+@dataclass
+class HTTPCompletion(Completion):
+    """A `Completion` that also says where its logprobs came from."""
+
+    logprobs_from_server: bool = True
+    """False when the server sent no usable logprobs and `logprobs` are placeholder zeros."""
+
+
+class OpenAIBackend:
+    """`GenerationBackend` over HTTP: one `/v1/completions` request per batch of prompts."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: PreTrainedTokenizerBase,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_batch_size: int = 64,
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url={base_url!r} must start with http:// or https://")
+        base_url = base_url.rstrip("/")
+        if not base_url.endswith("/v1"):
+            base_url += "/v1"
+        self.base_url = base_url
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_batch_size = max_batch_size
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        check_params(params)
+        out: list[Completion] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            out.extend(self._generate_chunk(prompts[start : start + self.max_batch_size], params))
+        return out
+
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[HTTPCompletion]:
+        body = {
+            "model": self.model,
+            "prompt": [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts],
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 1,
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+        }
+        if params.top_k > 0:
+            body["top_k"] = params.top_k  # vLLM / arborl extension
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        data = self._post("/completions", body)
+        choices = sorted(data["choices"], key=lambda c: c["index"])
+        if len(choices) != len(prompts):
+            raise RuntimeError(
+                f"{self.base_url}/completions returned {len(choices)} choices for "
+                f"{len(prompts)} prompts; the server must support list prompts"
+            )
+        return [self._to_completion(c) for c in choices]
+
+    def _to_completion(self, choice: dict) -> HTTPCompletion:
+        text = choice.get("text") or ""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        lp = (choice.get("logprobs") or {}).get("token_logprobs")
+        from_server = lp is not None and len(lp) == len(ids) and None not in lp
+        reason = choice.get("finish_reason") or "length"
+        return HTTPCompletion(
+            token_ids=ids,
+            logprobs=[float(x) for x in lp] if from_server else [0.0] * len(ids),
+            text=text,
+            finish_reason="length" if reason == "length" else "stop",
+            logprobs_from_server=from_server,
+        )
+
+    def _post(self, path: str, body: dict) -> dict:
+        """POST with exponential backoff on 5xx, timeouts and refused connections."""
+        last_error: Exception | None = None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                resp = self._client.post(path, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as e:
+                last_error = e
+                continue
+            if resp.status_code >= 500:
+                last_error = RuntimeError(f"HTTP {resp.status_code}: {resp.text[:500]}")
+                continue
+            if resp.status_code >= 400:
+                raise RuntimeError(
+                    f"{self.base_url}{path} rejected the request with HTTP {resp.status_code}: "
+                    f"{resp.text[:500]} (check the model name, api key and sampling params)"
+                )
+            return resp.json()
+        raise RuntimeError(
+            f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_error}"
+        ) from last_error

@@ -1,0 +1,101 @@
+"""Pick a generation backend by name or from a model spec string.
+
+`make_backend("tiny-1m")`, `make_backend("runs/x/checkpoints/step_100")` and
+`make_backend("http://127.0.0.1:8000/v1", tokenizer="tiny-1m")` all return
+`(backend, tokenizer)`, so rollout code never branches on where the model lives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from arborl.generation.base import GenerationBackend
+from arborl.generation.hf import HFBackend
+from arborl.generation.openai_backend import OpenAIBackend
+from arborl.generation.vllm_backend import VLLMBackend
+
+BACKENDS: dict[str, type] = {
+    "hf": HFBackend,
+    "openai": OpenAIBackend,
+    "vllm": VLLMBackend,
+}
+
+
+def get_backend_class(name: str) -> type:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown generation backend {name!r}; known: {sorted(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def make_backend(
+    spec: str,
+    kind: str | None = None,
+    *,
+    tokenizer: PreTrainedTokenizerBase | str | None = None,
+    model_name: str | None = None,
+    api_key: str | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+    max_batch_size: int = 64,
+    **kwargs: Any,
+) -> tuple[GenerationBackend, PreTrainedTokenizerBase]:
+    """Backend + tokenizer for `spec`: a preset name, a checkpoint dir or an http(s) URL.
+
+    `kind` ("hf", "openai", "vllm") defaults to "openai" for URLs and "hf" otherwise.
+    For a URL, `tokenizer` (a tokenizer, or a preset/dir whose tokenizer to load) is
+    required since text must be mapped back to token ids, and `model_name` defaults to the
+    first model the server lists. Extra `kwargs` go to the backend's constructor.
+    """
+    from arborl.models import load_policy, load_tokenizer
+
+    is_url = spec.startswith(("http://", "https://"))
+    kind = kind or ("openai" if is_url else "hf")
+    get_backend_class(kind)
+    if kind == "openai":
+        if not is_url:
+            raise ValueError(f"backend 'openai' needs an http(s):// URL, got spec={spec!r}")
+        if tokenizer is None:
+            raise ValueError(
+                f"make_backend({spec!r}) needs tokenizer= (a tokenizer, preset name or "
+                "checkpoint dir) to map the server's text back to token ids"
+            )
+        if isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer)
+        backend = OpenAIBackend(
+            spec,
+            model_name or "",
+            tokenizer,
+            api_key=api_key,
+            max_batch_size=max_batch_size,
+            **kwargs,
+        )
+        if not model_name:
+            backend.model = list_models(backend.base_url, api_key)[0]
+        return backend, tokenizer
+    if is_url:
+        raise ValueError(f"backend {kind!r} runs a local model; spec={spec!r} is a URL")
+    if kind == "vllm":
+        backend = VLLMBackend(spec, seed=seed, dtype=dtype, **kwargs)
+        return backend, backend.tokenizer
+    model, tok = load_policy(spec, dtype=dtype, seed=seed)
+    model.eval()
+    backend = HFBackend(
+        model, tok, device=device, max_batch_size=max_batch_size, seed=seed, **kwargs
+    )
+    return backend, tok
+
+
+def list_models(base_url: str, api_key: str | None = None) -> list[str]:
+    """Model ids served at an OpenAI-compatible `base_url` (ending in /v1)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    resp = httpx.get(f"{base_url}/models", headers=headers, timeout=30)
+    resp.raise_for_status()
+    ids = [m["id"] for m in resp.json()["data"]]
+    if not ids:
+        raise RuntimeError(f"{base_url}/models lists no models; pass model_name=")
+    return ids

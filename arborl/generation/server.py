@@ -1,0 +1,296 @@
+"""An OpenAI-compatible HTTP server around any `GenerationBackend` (`arborl serve`).
+
+Lets external agent code, eval harnesses and the `openai` client talk to an arborl
+checkpoint, and lets rollout workers on other machines share one model. Endpoints:
+`/v1/models`, `/v1/completions`, `/v1/chat/completions` (both with `stream`), `/health`.
+
+Design choices:
+* Requests are served one at a time under a lock; a request with a list of prompts (or
+  `n > 1`) is one batched `generate` call, which is how rollouts should call it.
+* Streaming is post-hoc: the completion is generated whole, then sent as one SSE chunk per
+  token. Clients see the streaming protocol; time-to-first-token is the full latency.
+* Two vLLM extensions: `skip_special_tokens` (default true) and
+  `include_stop_str_in_output` (default false), which `OpenAIBackend` sets to get text
+  that re-encodes to exactly the generated token ids; plus `top_k`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import PreTrainedTokenizerBase
+
+from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="allow")  # unknown OpenAI fields are ignored
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = Field(default=0, ge=0)
+    n: int = Field(default=1, ge=1, le=128)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+
+class CompletionRequest(_Base):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    echo: bool = False
+
+
+class ChatRequest(_Base):
+    messages: list[dict[str, Any]]
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+
+class APIError(Exception):
+    """An error sent to the client as OpenAI-style JSON with an HTTP status."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> str:
+    """Drop the earliest stop string and everything after it (OpenAI semantics)."""
+    hits = [text.find(s) for s in stops if s in text]
+    return text[: min(hits)] if hits else text
+
+
+def _pieces(tokenizer: PreTrainedTokenizerBase, ids: list[int], text: str, skip: bool):
+    """Split `text` into one piece per token (for streaming and logprob token strings)."""
+    prev = 0
+    for k in range(len(ids)):
+        cur = min(len(tokenizer.decode(ids[: k + 1], skip_special_tokens=skip)), len(text))
+        yield text[prev:cur]
+        prev = max(prev, cur)
+
+
+def _sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
+
+
+def create_app(
+    backend: GenerationBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    model_name: str,
+    api_key: str | None = None,
+    default_max_tokens: int = 256,
+) -> FastAPI:
+    """Build the FastAPI app serving `backend` under the model id `model_name`.
+
+    With `api_key`, every `/v1` route needs `Authorization: Bearer <api_key>` (else 401).
+    `default_max_tokens` applies to chat requests that give no limit.
+    """
+    app = FastAPI(title="arborl serve", version="1")
+    lock = threading.Lock()
+    created = int(time.time())
+
+    @app.exception_handler(APIError)
+    def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+        body = {"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}
+        return JSONResponse(body, status_code=exc.status)
+
+    def check_key(request: Request) -> None:
+        if api_key is None:
+            return
+        if request.headers.get("authorization", "") != f"Bearer {api_key}":
+            raise APIError(
+                401,
+                "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                "authentication_error",
+            )
+
+    def check_model(req: _Base) -> None:
+        if req.model not in (None, "", model_name):
+            raise APIError(
+                404,
+                f"model {req.model!r} is not served here; use {model_name!r}",
+                "not_found_error",
+            )
+
+    def run(prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str]):
+        params = SamplingParams(
+            max_new_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            stop=stops,
+            seed=req.seed,
+        )
+        repeated = [p for p in prompts for _ in range(req.n)]
+        try:
+            with lock:
+                return backend.generate(repeated, params)
+        except ValueError as e:
+            raise APIError(400, str(e)) from e
+
+    def finish_text(c: Completion, req: _Base, stops: list[str]) -> str:
+        text = tokenizer.decode(c.token_ids, skip_special_tokens=req.skip_special_tokens)
+        return text if req.include_stop_str_in_output else _cut_at_stop(text, stops)
+
+    def usage(prompts: list[list[int]], outs: list[Completion], n: int) -> dict:
+        p = sum(len(x) for x in prompts) * n
+        c = sum(len(o.token_ids) for o in outs)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "model": model_name}
+
+    @app.get("/v1/models", dependencies=[Depends(check_key)])
+    def models() -> dict:
+        card = {"id": model_name, "object": "model", "created": created, "owned_by": "arborl"}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions", dependencies=[Depends(check_key)])
+    def completions(req: CompletionRequest):
+        check_model(req)
+        if req.echo:
+            raise APIError(400, "echo=true is not supported; set echo=false")
+        prompt = req.prompt
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if prompt and all(isinstance(x, int) for x in prompt):
+            prompt = [prompt]  # a single prompt given as token ids
+        prompts = [
+            p if isinstance(p, list) else tokenizer.encode(p, add_special_tokens=False)
+            for p in prompt
+        ]
+        stops = _stops(req.stop)
+        outs = run(prompts, req, req.max_tokens or 16, stops)
+        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        choices = []
+        for i, c in enumerate(outs):
+            text = finish_text(c, req, stops)
+            pieces = list(_pieces(tokenizer, c.token_ids, text, req.skip_special_tokens))
+            logprobs = None
+            if req.logprobs is not None:
+                offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
+                logprobs = {
+                    "tokens": pieces,
+                    "token_logprobs": c.logprobs,
+                    "top_logprobs": None,
+                    "text_offset": offsets,
+                }
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "pieces": pieces,
+                    "logprobs": logprobs,
+                    "finish_reason": c.finish_reason,
+                }
+            )
+        base = {"id": rid, "object": "text_completion", "created": now, "model": model_name}
+        if req.stream:
+            return StreamingResponse(
+                _stream_completions(base, choices), media_type="text/event-stream"
+            )
+        for ch in choices:
+            ch.pop("pieces")
+        return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
+    def chat(req: ChatRequest):
+        check_model(req)
+        try:
+            text = tokenizer.apply_chat_template(
+                req.messages, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as e:  # jinja errors (unknown role, missing key) are client errors
+            raise APIError(400, f"could not apply the chat template to messages: {e}") from e
+        prompts = [tokenizer.encode(text, add_special_tokens=False)]
+        stops = _stops(req.stop)
+        outs = run(
+            prompts, req, req.max_completion_tokens or req.max_tokens or default_max_tokens, stops
+        )
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        base = {"id": rid, "object": "chat.completion", "created": now, "model": model_name}
+        req.skip_special_tokens = True  # chat content never shows <|end|> and friends
+        contents = [finish_text(c, req, stops) for c in outs]
+        if req.stream:
+            pieces = [
+                list(_pieces(tokenizer, c.token_ids, t, True)) for c, t in zip(outs, contents)
+            ]
+            reasons = [c.finish_reason for c in outs]
+            return StreamingResponse(
+                _stream_chat(base, pieces, reasons), media_type="text/event-stream"
+            )
+        choices = []
+        for i, (c, content) in enumerate(zip(outs, contents)):
+            logprobs = None
+            if req.logprobs:
+                toks = [tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
+                logprobs = {
+                    "content": [
+                        {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
+                        for s, lp in zip(toks, c.logprobs)
+                    ]
+                }
+            choices.append(
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": content},
+                    "logprobs": logprobs,
+                    "finish_reason": c.finish_reason,
+                }
+            )
+        return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
+
+    return app
+
+
+def _stream_completions(base: dict, choices: list[dict]) -> Iterator[str]:
+    for ch in choices:
+        for piece in ch["pieces"]:
+            choice = {"index": ch["index"], "text": piece, "logprobs": None, "finish_reason": None}
+            yield _sse({**base, "choices": [choice]})
+        last = {
+            "index": ch["index"],
+            "text": "",
+            "logprobs": None,
+            "finish_reason": ch["finish_reason"],
+        }
+        yield _sse({**base, "choices": [last]})
+    yield _sse("[DONE]")
+
+
+def _stream_chat(base: dict, pieces: list[list[str]], reasons: list[str]) -> Iterator[str]:
+    base = {**base, "object": "chat.completion.chunk"}
+    for i, (ps, reason) in enumerate(zip(pieces, reasons)):
+        role = {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        yield _sse({**base, "choices": [role]})
+        for p in ps:
+            if p:
+                yield _sse(
+                    {
+                        **base,
+                        "choices": [{"index": i, "delta": {"content": p}, "finish_reason": None}],
+                    }
+                )
+        yield _sse({**base, "choices": [{"index": i, "delta": {}, "finish_reason": reason}]})
+    yield _sse("[DONE]")

@@ -1,0 +1,179 @@
+"""Load a policy: a tiny preset built from config (no download) or any local HF causal LM.
+
+Presets are the default everywhere in arborl (tests, laptop runs): a `ModelPreset` is a
+handful of sizes turned into a Llama/Qwen2 config around the character tokenizer. Weight
+init is seeded inside `torch.random.fork_rng`, so the same seed gives the same weights
+without touching the caller's global RNG state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from arborl.models.tokenizer import build_char_tokenizer
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Sizes of a tiny causal LM built from config around the char tokenizer."""
+
+    model_type: str
+    """Hugging Face `model_type` ("llama" or "qwen2")."""
+    hidden_size: int
+    """Width of the residual stream."""
+    num_layers: int
+    """Number of transformer blocks."""
+    num_heads: int
+    """Attention heads (query)."""
+    num_kv_heads: int
+    """Key/value heads (grouped-query attention)."""
+    ffn_size: int
+    """Width of the MLP's hidden layer."""
+    tie_embeddings: bool = True
+    """Share the input embedding and the LM head."""
+    max_position_embeddings: int = 1024
+    """Longest sequence (prompt + generation) the model accepts."""
+
+    def to_config(self, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+        """The HF config for this preset with vocabulary and special ids from `tokenizer`."""
+        return AutoConfig.for_model(
+            self.model_type,
+            vocab_size=len(tokenizer),
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads,
+            intermediate_size=self.ffn_size,
+            tie_word_embeddings=self.tie_embeddings,
+            max_position_embeddings=self.max_position_embeddings,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+
+
+MODEL_PRESETS: dict[str, ModelPreset] = {
+    "tiny-0.1m": ModelPreset("llama", 64, 2, 4, 2, 256),
+    "tiny-1m": ModelPreset("llama", 128, 4, 4, 2, 512),
+    "qwen-tiny-1m": ModelPreset("qwen2", 128, 4, 4, 2, 512),
+    "tiny-20m": ModelPreset("llama", 512, 6, 8, 4, 1536, tie_embeddings=False),
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Map "float32"/"bfloat16"/"float16" (or a torch.dtype) to a torch.dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run a block under `torch.manual_seed(seed)` and restore the global CPU RNG after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _unknown_spec(name_or_path: str) -> ValueError:
+    return ValueError(
+        f"model {name_or_path!r} is neither a preset nor a directory; presets: "
+        f"{sorted(MODEL_PRESETS)}, or pass the path of a Hugging Face checkpoint directory"
+    )
+
+
+def load_tokenizer(
+    name_or_path: str, extra_tokens: tuple[str, ...] = ()
+) -> PreTrainedTokenizerBase:
+    """The tokenizer of a preset (the char tokenizer) or of a checkpoint directory.
+
+    Checkpoint tokenizers are switched to left padding (what batched generation needs) and
+    get `pad = eos` when they define no pad token.
+    """
+    if name_or_path in MODEL_PRESETS:
+        return build_char_tokenizer(extra_tokens)
+    if not Path(name_or_path).is_dir():
+        raise _unknown_spec(name_or_path)
+    tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build_preset_model(
+    name: str, tokenizer: PreTrainedTokenizerBase, dtype: str = "float32", seed: int = 0
+) -> PreTrainedModel:
+    """A freshly initialised preset model whose weights depend only on `seed`."""
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {sorted(MODEL_PRESETS)}")
+    config = MODEL_PRESETS[name].to_config(tokenizer)
+    with seeded(seed):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=resolve_dtype(dtype), attn_implementation="sdpa"
+        )
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def load_policy(
+    name_or_path: str,
+    dtype: str = "float32",
+    seed: int = 0,
+    extra_tokens: tuple[str, ...] = (),
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Return `(model, tokenizer)` for a preset name or a local HF causal-LM directory.
+
+    A preset is built from config with weights seeded by `seed` (and a vocabulary extended
+    by `extra_tokens`); a directory is loaded with `AutoModelForCausalLM`/`AutoTokenizer`
+    (`seed` and `extra_tokens` are then ignored). `dtype` is the weights' dtype; for mixed
+    precision keep float32 weights and wrap compute in `autocast_ctx("bfloat16")`.
+    """
+    tokenizer = load_tokenizer(name_or_path, extra_tokens)
+    if name_or_path in MODEL_PRESETS:
+        return build_preset_model(name_or_path, tokenizer, dtype, seed), tokenizer
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=resolve_dtype(dtype))
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def save_policy(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: str | Path
+) -> Path:
+    """Save model and tokenizer in HF format so `load_policy(directory)` reloads them.
+
+    A LoRA (peft) model is merged into a copy of its base model first, so the directory is
+    a plain causal LM that any HF tool (or vLLM) can load without peft.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "merge_and_unload"):  # peft.PeftModel
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

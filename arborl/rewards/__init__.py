@@ -1,0 +1,35 @@
+"""Rewards for arborl: sources, their weighted combination, and shaping.
+
+Sources are batched functions of per-step fields (see `sources`); `combine_rewards` adds
+them with weights and keeps each component for logging. Shaping helpers add
+potential-based terms and compute discounted returns. Reward models plug in through
+`register_reward_source`.
+"""
+
+from arborl.rewards.shaping import (
+    discounted_cumulative_returns,
+    episode_potential_shaping,
+    potential_shaping,
+)
+from arborl.rewards.sources import (
+    FIELDS,
+    REWARD_SOURCES,
+    RewardFn,
+    combine_rewards,
+    get_reward_source,
+    num_rows,
+    register_reward_source,
+)
+
+__all__ = [
+    "FIELDS",
+    "REWARD_SOURCES",
+    "RewardFn",
+    "combine_rewards",
+    "discounted_cumulative_returns",
+    "episode_potential_shaping",
+    "get_reward_source",
+    "num_rows",
+    "potential_shaping",
+    "register_reward_source",
+]

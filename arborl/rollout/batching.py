@@ -1,0 +1,153 @@
+"""Episodes -> training `Batch`, in one of two views.
+
+step view (one row per turn, R rows), the layout verl-style trainers expect:
+  input_ids       (R, P+A) long   prompt left-padded to P, then response right-padded to A
+  attention_mask  (R, P+A) long   1 on real tokens
+  response_mask   (R, A)   float  1 on generated tokens (incl. the end token), 0 on padding
+  old_logp        (R, A)   float  sampling logprob of each generated token (0 on padding)
+  step_reward     (R,)     float  the env's reward for this turn
+  episode_return  (R,)     float  undiscounted return of the whole episode
+  won             (R,)     bool   the episode ended in success
+  meta: traj_id, step, group_id, task_id, anchor, valid_action, format_ok, done, truncated,
+        finish_reason, prompt_truncated, response_text, action
+  info: view, prompt_length (P), response_length (A), pad_token_id
+  So `input_ids[:, P:]` is the response and `token_logprobs(...)[:, P-1:]` scores it.
+
+episode view (one row per episode, E rows), the growing sequence exactly as generated:
+  input_ids       (E, L) long   right-padded
+  attention_mask  (E, L) long
+  loss_mask       (E, L) float  1 exactly on generated tokens
+  old_logp        (E, L) float  aligned to tokens (0 where not generated)
+  token_reward    (E, L) float  each turn's reward on that turn's last generated token
+  turn_index      (E, L) long   turn each token belongs to (-1 on padding)
+  episode_return  (E,)   float;  won (E,) bool
+  meta: traj_id, group_id, task_id, num_turns, truncated, truncation_reason, anchors, step_rewards
+  Scoring: `token_logprobs(...)[:, t-1]` is the logprob of token t, so compare it with
+  `old_logp[:, 1:]` under `loss_mask[:, 1:]`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from arborl.data.batch import Batch
+from arborl.rollout.episode import EpisodeState
+
+
+def build_batch(episodes: list[EpisodeState], view: str, pad_token_id: int) -> Batch:
+    """The training Batch of `episodes` in `view` ("step" or "episode")."""
+    builders = {"step": build_step_batch, "episode": build_episode_batch}
+    if view not in builders:
+        raise ValueError(f"view={view!r} is not one of {sorted(builders)}")
+    return builders[view](episodes, pad_token_id)
+
+
+def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
+    rows = [(ep, i, t) for ep in episodes for i, t in enumerate(ep.turns)]
+    for ep, i, t in rows:
+        if t.prompt_ids is None or t.response_ids is None:
+            raise ValueError(
+                f"episode {ep.traj_id} turn {i} has no token ids; only LM policies give a batch"
+            )
+    num_rows = len(rows)
+    p_len = max((len(t.prompt_ids) for _, _, t in rows), default=0)
+    a_len = max((len(t.response_ids) for _, _, t in rows), default=0)
+    input_ids = torch.full((num_rows, p_len + a_len), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((num_rows, p_len + a_len), dtype=torch.long)
+    response_mask = torch.zeros((num_rows, a_len), dtype=torch.float32)
+    old_logp = torch.zeros((num_rows, a_len), dtype=torch.float32)
+    for r, (_, _, t) in enumerate(rows):
+        p, a = len(t.prompt_ids), len(t.response_ids)
+        input_ids[r, p_len - p : p_len] = torch.tensor(t.prompt_ids, dtype=torch.long)
+        input_ids[r, p_len : p_len + a] = torch.tensor(t.response_ids, dtype=torch.long)
+        attention_mask[r, p_len - p : p_len + a] = 1
+        response_mask[r, :a] = 1.0
+        old_logp[r, :a] = torch.tensor(t.logprobs, dtype=torch.float32)
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "response_mask": response_mask,
+        "old_logp": old_logp,
+        "step_reward": torch.tensor([t.reward for _, _, t in rows], dtype=torch.float32),
+        "episode_return": torch.tensor([ep.total_return for ep, _, _ in rows], dtype=torch.float32),
+        "won": torch.tensor([ep.won for ep, _, _ in rows], dtype=torch.bool),
+    }
+    fields = {
+        "traj_id": lambda ep, i, t: ep.traj_id,
+        "step": lambda ep, i, t: i,
+        "group_id": lambda ep, i, t: ep.group_id,
+        "task_id": lambda ep, i, t: ep.task_id,
+        "anchor": lambda ep, i, t: t.anchor,
+        "valid_action": lambda ep, i, t: t.valid_action,
+        "format_ok": lambda ep, i, t: t.format_ok,
+        "done": lambda ep, i, t: i == len(ep.turns) - 1,
+        "truncated": lambda ep, i, t: t.truncated,
+        "finish_reason": lambda ep, i, t: t.finish_reason,
+        "prompt_truncated": lambda ep, i, t: t.prompt_truncated,
+        "response_text": lambda ep, i, t: t.response_text,
+        "action": lambda ep, i, t: t.action,
+    }
+    meta = {k: [f(*row) for row in rows] for k, f in fields.items()}
+    info = {"view": "step", "prompt_length": p_len, "response_length": a_len}
+    info["pad_token_id"] = pad_token_id
+    return Batch.from_dict(tensors, _object_meta(meta, ("anchor",)), info)
+
+
+def _object_meta(meta: dict, keys: tuple[str, ...]) -> dict:
+    """Keep `keys` as object arrays (anchors are tuples; numpy must not widen them)."""
+    import numpy as np
+
+    out = dict(meta)
+    for k in keys:
+        arr = np.empty(len(meta[k]), dtype=object)
+        arr[:] = list(meta[k]) if meta[k] else []
+        out[k] = arr
+    return out
+
+
+def build_episode_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
+    num_rows = len(episodes)
+    length = max((len(ep.seq_ids) for ep in episodes), default=0)
+    input_ids = torch.full((num_rows, length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((num_rows, length), dtype=torch.long)
+    loss_mask = torch.zeros((num_rows, length), dtype=torch.float32)
+    old_logp = torch.zeros((num_rows, length), dtype=torch.float32)
+    token_reward = torch.zeros((num_rows, length), dtype=torch.float32)
+    turn_index = torch.full((num_rows, length), -1, dtype=torch.long)
+    for r, ep in enumerate(episodes):
+        n = len(ep.seq_ids)
+        input_ids[r, :n] = torch.tensor(ep.seq_ids, dtype=torch.long)
+        attention_mask[r, :n] = 1
+        loss_mask[r, :n] = torch.tensor(ep.seq_generated, dtype=torch.float32)
+        old_logp[r, :n] = torch.tensor(ep.seq_logp, dtype=torch.float32)
+        turn_index[r, :n] = torch.tensor(ep.seq_turn, dtype=torch.long)
+        last_gen: dict[int, int] = {}
+        for pos, (gen, turn) in enumerate(zip(ep.seq_generated, ep.seq_turn)):
+            if gen:
+                last_gen[turn] = pos
+        for turn, t in enumerate(ep.turns):
+            # A turn that generated nothing puts its reward on the last token before it.
+            pos = last_gen.get(turn, max(n - 1, 0))
+            token_reward[r, pos] += t.reward
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "loss_mask": loss_mask,
+        "old_logp": old_logp,
+        "token_reward": token_reward,
+        "turn_index": turn_index,
+        "episode_return": torch.tensor([ep.total_return for ep in episodes], dtype=torch.float32),
+        "won": torch.tensor([ep.won for ep in episodes], dtype=torch.bool),
+    }
+    meta = {
+        "traj_id": [ep.traj_id for ep in episodes],
+        "group_id": [ep.group_id for ep in episodes],
+        "task_id": [ep.task_id for ep in episodes],
+        "num_turns": [len(ep.turns) for ep in episodes],
+        "truncated": [ep.truncated for ep in episodes],
+        "truncation_reason": [ep.truncation_reason for ep in episodes],
+        "anchors": [tuple(t.anchor for t in ep.turns) for ep in episodes],
+        "step_rewards": [tuple(float(t.reward) for t in ep.turns) for ep in episodes],
+    }
+    meta = _object_meta(meta, ("anchors", "step_rewards"))
+    return Batch.from_dict(tensors, meta, {"view": "episode", "pad_token_id": pad_token_id})

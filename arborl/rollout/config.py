@@ -1,0 +1,67 @@
+"""`RolloutConfig`: how many episodes, how long, how sampled, which training view.
+
+Checked at construction so a bad value fails before any env is built or token sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VIEWS = ("step", "episode")
+
+
+@dataclass
+class RolloutConfig:
+    """One rollout call: tasks x group_size episodes, run until done or a limit."""
+
+    num_tasks: int = 8
+    """Tasks (distinct seeds) per call; ignored when `seeds` are passed explicitly."""
+    group_size: int = 1
+    """Episodes per task, sharing its seed (GRPO-style groups)."""
+    max_turns: int | None = None
+    """Turn limit per episode; None uses the env's own `max_turns`."""
+    max_new_tokens: int = 16
+    """Largest number of tokens generated in one turn."""
+    max_episode_tokens: int | None = None
+    """Largest number of generated tokens over a whole episode (None: no limit). A turn's
+    budget is `min(max_new_tokens, what is left)`; an episode that spends it all ends
+    truncated after that turn's action is stepped."""
+    max_prompt_tokens: int | None = None
+    """Longest prompt (None: no limit). `step` view: longer prompts are left-truncated and
+    counted in `stats['prompt_truncations']`. `episode` view: the first prompt is
+    left-truncated the same way; a later context that outgrows it ends the episode
+    truncated (cutting the growing sequence would break its token-exactness)."""
+    temperature: float = 1.0
+    """Sampling temperature (0 = greedy); `old_logp` is taken at this temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 disables)."""
+    top_k: int = 0
+    """Keep the k most likely tokens (0 disables)."""
+    view: str = "step"
+    """Training view of the Batch: "step" (one row per turn, prompt rebuilt from memory)
+    or "episode" (one growing token sequence per episode)."""
+    seed: int | None = 0
+    """Seeds the task draw (when `seeds` are not given) and every turn's sampling; None
+    leaves sampling to the backend's own generator."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, prefix: str = "rollout") -> None:
+        """Raise `ValueError` naming the field, the value and what is allowed."""
+        positive = {"num_tasks": self.num_tasks, "group_size": self.group_size}
+        positive["max_new_tokens"] = self.max_new_tokens
+        for name in ("max_turns", "max_episode_tokens", "max_prompt_tokens"):
+            if getattr(self, name) is not None:
+                positive[name] = getattr(self, name)
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{prefix}.{name}={value!r} must be an int >= 1")
+        if self.view not in VIEWS:
+            raise ValueError(f"{prefix}.view={self.view!r} is not one of {list(VIEWS)}")
+        if self.temperature < 0:
+            raise ValueError(f"{prefix}.temperature={self.temperature!r} must be >= 0 (0 = greedy)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"{prefix}.top_p={self.top_p!r} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"{prefix}.top_k={self.top_k!r} must be >= 0 (0 disables)")

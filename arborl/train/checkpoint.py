@@ -1,0 +1,90 @@
+"""Checkpoints that resume bit-for-bit on CPU.
+
+A checkpoint is a folder `checkpoints/step-<N>/` with the policy in Hugging Face format
+(`policy/`: weights, config, tokenizer, chat template), the critic when there is one
+(`critic/`), and `trainer_state.pt` (optimizer and scheduler states, step, and the state
+of every random generator the trainer owns). Every random draw of the trainer flows
+from generators stored here or from seeds derived from (run seed, step), so resuming at
+step N replays steps N+1... exactly as an uninterrupted run would.
+
+Writes go to a temporary folder renamed into place, so a kill mid-save never leaves a
+half checkpoint that `resume=auto` would pick up.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "trainer_state.pt"
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if (p / STATE_FILE).exists()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    dirs = checkpoint_dirs(run_dir)
+    return dirs[-1] if dirs else None
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    policy,
+    tokenizer,
+    state: dict[str, Any],
+    critic=None,
+    keep: int = 2,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
+    """Write `checkpoints/step-<step>/` atomically and prune all but the newest `keep`."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save_pretrained(tmp / "policy")
+    tokenizer.save_pretrained(tmp / "policy")
+    if critic is not None:
+        critic.save_pretrained(tmp / "critic")
+    for name, text in (extra_files or {}).items():
+        (tmp / "policy" / name).write_text(text)
+    torch.save({"step": step, "python_random": random.getstate(), **state}, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_state(ckpt: str | Path) -> dict[str, Any]:
+    path = Path(ckpt) / STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{ckpt} is not an arborl checkpoint (no {STATE_FILE})")
+    return torch.load(path, weights_only=False)
+
+
+def resolve_resume(resume: str | None, run_dir: Path) -> Path | None:
+    """`trainer.resume`: None -> no resume; "auto" -> newest checkpoint of the run (or
+    None when there is none yet); otherwise a checkpoint path that must exist."""
+    if resume is None:
+        return None
+    if resume == "auto":
+        return latest_checkpoint(run_dir)
+    path = Path(resume)
+    if not (path / STATE_FILE).exists():
+        raise FileNotFoundError(
+            f"trainer.resume={resume!r} is not a checkpoint folder (no {STATE_FILE}); "
+            f"use 'auto' or a path like {run_dir}/checkpoints/step-10"
+        )
+    return path

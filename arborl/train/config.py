@@ -1,0 +1,236 @@
+"""The `arborl train` configuration: one dataclass per component, checked at start-up.
+
+`load_train_config(overrides)` layers the dataclass defaults, `configs/train.yaml`-style
+files, group selections (`algo=grpo` -> `configs/algo/grpo.yaml`, `env=sokoban` ->
+`configs/env/sokoban.yaml`) and dotted overrides (`trainer.total_steps=10`). The defaults
+are the demo: a tiny model, an SFT warm start on oracle Maze demos, then GRPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from arborl.agent.config import AgentConfig
+from arborl.config import ConfigError, load_config
+from arborl.rollout.config import RolloutConfig
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+"""Where group YAML files live in a source checkout (`configs/algo/*.yaml`, ...)."""
+
+
+@dataclass
+class ModelConfig:
+    """The policy (and critic) model."""
+
+    name_or_path: str = "tiny-1m"
+    """A tiny preset (tiny-0.1m, tiny-1m, qwen-tiny-1m, tiny-20m) or a local HF checkpoint dir."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype; bfloat16 runs under CPU autocast (slower than fp32 on CPUs without AMX)."""
+    lora_rank: int = field(default=0, metadata={"min": 0})
+    """LoRA rank; 0 trains all weights."""
+    lora_alpha: int = field(default=16, metadata={"min": 1})
+    """LoRA scaling numerator (the update is scaled by alpha / rank)."""
+    seed: int = 0
+    """Seed of the initial weights of a preset."""
+
+
+@dataclass
+class EnvConfig:
+    """Which environment the agent trains and is evaluated in."""
+
+    id: str = "arborl/Maze-v0"
+    """Registered env id (`arborl env list` shows them)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments (difficulty knobs) passed to `arborl.envs.make`."""
+    train_split: Literal["train", "val", "test"] = "train"
+    """Split that RL and SFT tasks are drawn from."""
+    eval_split: Literal["train", "val", "test"] = "test"
+    """Split of the held-out evaluation tasks."""
+
+
+@dataclass
+class AlgoConfig:
+    """Advantage estimator and PPO-family losses."""
+
+    name: Literal["ppo", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"] = "grpo"
+    """Advantage estimator: ppo (GAE with a critic) or a critic-free group estimator."""
+    gamma: float = field(default=1.0, metadata={"min": 0.0, "max": 1.0})
+    """Discount over env steps (GAE, GiGPO step returns)."""
+    lam: float = field(default=0.95, metadata={"min": 0.0, "max": 1.0})
+    """GAE lambda (ppo only)."""
+    gigpo_gamma: float = field(default=0.95, metadata={"min": 0.0, "max": 1.0})
+    """Discount of GiGPO's step-level returns."""
+    gigpo_omega: float = field(default=1.0, metadata={"min": 0.0})
+    """Weight of GiGPO's step-level advantage."""
+    norm_by_std: bool = True
+    """Divide group advantages by the group std (False = Dr.GRPO-style mean-centering)."""
+    clip_low: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})
+    """PPO ratio clip below 1."""
+    clip_high: float = field(default=0.28, metadata={"min": 0.0})
+    """PPO ratio clip above 1 (clip-higher keeps exploration alive)."""
+    dual_clip: float | None = field(default=None, metadata={"min": 1.0})
+    """Dual-clip bound c > 1 for negative advantages; None disables."""
+    value_clip: float | None = field(default=0.2, metadata={"min": 0.0})
+    """Clip range of the critic's value update; None disables."""
+    vf_coef: float = field(default=0.5, metadata={"min": 0.0})
+    """Weight of the value loss (ppo only)."""
+    entropy_coef: float = field(default=0.0, metadata={"min": 0.0})
+    """Weight of the entropy bonus."""
+    kl_coef: float = field(default=0.0, metadata={"min": 0.0})
+    """KL-to-reference coefficient; 0 skips the reference model entirely."""
+    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k3"
+    """KL estimator (k3 = low-variance)."""
+    kl_in_reward: bool = False
+    """Apply the KL as a reward penalty instead of a loss term."""
+    kl_target: float | None = field(default=None, metadata={"min": 0.0})
+    """Target KL for the adaptive controller; None keeps kl_coef fixed."""
+    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    """How per-token losses are reduced to one number."""
+    episode_weighting: bool = True
+    """Step view: weight each step row by 1 / (its episode's length), so long failed
+    episodes do not outweigh short successful ones (sequence-mean over an episode)."""
+    ppo_epochs: int = field(default=1, metadata={"min": 1})
+    """Passes over each rollout batch."""
+    minibatch_size: int = field(default=64, metadata={"min": 1})
+    """Rows per optimizer step."""
+    micro_batch_tokens: int = field(default=16384, metadata={"min": 64})
+    """Token budget of one forward/backward (gradients are accumulated over micro-batches)."""
+    lr: float = field(default=2e-4, metadata={"min": 0.0})
+    """Actor learning rate."""
+    critic_lr: float = field(default=1e-3, metadata={"min": 0.0})
+    """Critic learning rate (ppo only)."""
+    weight_decay: float = field(default=0.0, metadata={"min": 0.0})
+    """AdamW weight decay."""
+    grad_clip: float = field(default=1.0, metadata={"min": 0.0})
+    """Max global gradient norm (0 disables)."""
+    warmup_steps: int = field(default=2, metadata={"min": 0})
+    """Linear LR warm-up, in RL steps."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """LR decay after warm-up."""
+    drop_zero_adv: bool = True
+    """Skip rows whose advantage is ~0 (no learning signal) in the update."""
+
+
+@dataclass
+class RewardConfig:
+    """How the training reward is built from several sources."""
+
+    sources: dict[str, float] = field(default_factory=lambda: {"env": 1.0})
+    """Reward source name -> weight (env, outcome, format, invalid_action, step, ...)."""
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm start on oracle demos (or a trajectory file)."""
+
+    enabled: bool = True
+    """Run SFT before RL (skipped when resuming from an RL checkpoint)."""
+    demos: str | None = None
+    """A trajectory file (.jsonl/.parquet); None generates oracle demos of the train split."""
+    num_demos: int = field(default=100, metadata={"min": 1})
+    """Oracle episodes to generate when `demos` is None."""
+    steps: int = field(default=200, metadata={"min": 0})
+    """Optimizer steps (stop early: an over-trained policy gives GRPO no mixed groups)."""
+    batch_size: int = field(default=64, metadata={"min": 1})
+    """(prompt, action) pairs per step."""
+    lr: float = field(default=1e-3, metadata={"min": 0.0})
+    """Peak learning rate (warm-up then cosine decay)."""
+    weight_decay: float = field(default=0.1, metadata={"min": 0.0})
+    """AdamW weight decay."""
+    warmup_steps: int = field(default=20, metadata={"min": 0})
+    """Linear warm-up steps."""
+    seed: int = 0
+    """Seed of the demo tasks and of the batch order."""
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation before and after RL."""
+
+    num_episodes: int = field(default=400, metadata={"min": 1})
+    """Held-out tasks evaluated (one sampled episode each)."""
+    every: int = field(default=10, metadata={"min": 0})
+    """Evaluate every this many RL steps (0: only before and after)."""
+    every_episodes: int = field(default=100, metadata={"min": 1})
+    """Episodes of the periodic (in-training) evaluations."""
+    temperature: float = field(default=1.0, metadata={"min": 0.0})
+    """Sampling temperature of evaluation (0 = greedy)."""
+    seed: int = 12345
+    """Seed that draws the evaluation tasks (the same tasks before and after RL)."""
+
+
+@dataclass
+class TrainerConfig:
+    """The run: length, outputs, checkpoints, safety limits."""
+
+    name: str | None = None
+    """Run name: outputs go to `output_dir/name` (default: a timestamp)."""
+    output_dir: str = "runs"
+    """Parent folder of run directories."""
+    total_steps: int = field(default=40, metadata={"min": 0})
+    """RL steps (one rollout batch + its update each)."""
+    max_env_steps: int | None = field(default=None, metadata={"min": 1})
+    """Stop once this many env steps were collected (for equal-budget comparisons)."""
+    seed: int = 0
+    """Seed of task sampling, generation and minibatch order."""
+    save_every: int = field(default=10, metadata={"min": 0})
+    """Checkpoint every this many RL steps (0: only at the end)."""
+    keep_checkpoints: int = field(default=2, metadata={"min": 1})
+    """Newest checkpoints kept on disk."""
+    resume: str | None = None
+    """"auto" continues the newest checkpoint in the run dir; or a checkpoint path."""
+    max_bad_steps: int = field(default=3, metadata={"min": 1})
+    """Abort after this many updates with a NaN/inf loss (each is skipped and logged)."""
+    num_threads: int | None = field(default=None, metadata={"min": 1})
+    """torch intra-op threads (None: torch's default)."""
+    save_trajectories: int = field(default=32, metadata={"min": 0})
+    """Episodes of each rollout written to `trajectories/` (0: none)."""
+    plots: bool = True
+    """Write PNG learning curves at the end."""
+    progress: bool = True
+    """Show the progress bar."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything `arborl train` needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    agent: AgentConfig = field(
+        default_factory=lambda: AgentConfig(memory="last_k", memory_k=0, include_instruction=False)
+    )
+    """Prompting, memory and action parsing. The default suits Markov envs such as the
+    demo's Maze and a tiny from-scratch model: each prompt is the current observation only
+    (no history, no instruction text, which a model trained from scratch cannot read)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How episodes are collected each RL step."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantage estimator and losses."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward sources and weights."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """SFT warm start."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """Run length, outputs, checkpoints."""
+
+    def validate(self, prefix: str = "config") -> None:
+        if self.rollout.view == "episode" and self.agent.memory != "full":
+            raise ConfigError(
+                f"rollout.view='episode' needs agent.memory='full', got {self.agent.memory!r}"
+            )
+
+
+def load_train_config(
+    overrides: list[str] | None = None,
+    files: list[str | Path] | None = None,
+    config_dir: str | Path | None = None,
+) -> TrainConfig:
+    """Defaults <- files <- group selections <- dotted overrides, all checked."""
+    return load_config(TrainConfig, overrides, config_dir or CONFIG_DIR, files)

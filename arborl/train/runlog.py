@@ -1,0 +1,131 @@
+"""Run directories and the metrics logger every trainer uses.
+
+`runs/<name>/` holds `config.yaml` (the resolved config), `metrics.jsonl` (one JSON
+object per logged step), TensorBoard event files under `tb/`, and `run.log` (everything
+the run printed through `logging`). The console shows one tqdm progress bar with the key
+live metrics. Metrics are flushed on every write, so a run killed mid-way keeps every
+step it logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from arborl.config import dump_yaml
+
+log = logging.getLogger("arborl")
+
+
+def default_run_name() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _scalar(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+@dataclass
+class RunDir:
+    """The folder of one run and its open log handles."""
+
+    path: Path
+    metrics_path: Path = field(init=False)
+    _tb: Any = field(default=None, init=False, repr=False)
+    _handler: logging.Handler | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.path / "metrics.jsonl"
+        self._handler = logging.FileHandler(self.path / "run.log")
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(self._handler)
+        log.setLevel(logging.INFO)
+
+    @classmethod
+    def create(cls, output_dir: str | Path, name: str | None, config: Any = None) -> RunDir:
+        run = cls(Path(output_dir) / (name or default_run_name()))
+        if config is not None:
+            dump_yaml(config, run.path / "config.yaml")
+        return run
+
+    @property
+    def tb(self):
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
+        return self._tb
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._handler is not None:
+            log.removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
+
+
+class MetricsLogger:
+    """Writes metrics to metrics.jsonl and TensorBoard, and shows them on a progress bar.
+
+    `keys` picks the metrics shown on the bar (all are written to the files)."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        total: int | None = None,
+        desc: str = "train",
+        keys: tuple[str, ...] = (),
+        disable_bar: bool | None = None,
+    ) -> None:
+        self.run = run
+        self.keys = keys
+        self._file = open(run.metrics_path, "a")  # noqa: SIM115 - closed in close()
+        self._t0 = time.perf_counter()
+        self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, disable=disable_bar)
+
+    def log(self, step: int, metrics: dict[str, Any], advance: int = 0) -> None:
+        record = {"step": step, "time_s": round(time.perf_counter() - self._t0, 3)}
+        for k, v in metrics.items():
+            s = _scalar(v)
+            record[k] = s if s is not None else (v if isinstance(v, str) else None)
+            if s is not None:
+                self.run.tb.add_scalar(k, s, step)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        shown = {k: record[k] for k in self.keys if isinstance(record.get(k), float)}
+        if shown:
+            self.bar.set_postfix({k.split("/")[-1]: f"{v:.3g}" for k, v in shown.items()})
+        if advance:
+            self.bar.update(advance)
+
+    def close(self) -> None:
+        self.bar.close()
+        self._file.close()
+        if self.run._tb is not None:  # don't open a writer (and its thread) just to flush
+            self.run._tb.flush()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file (a torn last line from a kill is skipped)."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -1,0 +1,116 @@
+"""Supervised fine-tuning on trajectories: the warm start of RL.
+
+Each step of a trajectory becomes one (prompt, response) pair, with the prompt built by
+the same agent code the rollout's `step` view uses, so SFT trains exactly the inputs RL
+will later see. The loss covers the response tokens only (the action and the end-of-turn
+token), never the prompt or the observation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from arborl.agent import AgentConfig, build_prompt, encode_text, make_memory
+from arborl.data import Trajectory
+from arborl.models.scoring import token_logprobs
+
+
+@dataclass
+class SFTExample:
+    """One training pair, as token ids."""
+
+    prompt_ids: list[int]
+    """Prompt tokens, ending in the generation prompt."""
+    response_ids: list[int]
+    """Target tokens: the response followed by the end-of-turn token."""
+
+
+def build_sft_examples(
+    trajectories: Iterable[Trajectory], tokenizer, agent_cfg: AgentConfig
+) -> list[SFTExample]:
+    """(prompt, response) pairs of every step, with prompts rebuilt from each episode's memory."""
+    eos = tokenizer.eos_token_id
+    out = []
+    for traj in trajectories:
+        memory = make_memory(agent_cfg)
+        for step in traj.steps:
+            response = step.response if step.response is not None else step.action
+            prompt = build_prompt(tokenizer, step.observation, memory, traj.instruction, agent_cfg)
+            out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
+            memory.add(step.observation, response)
+    if not out:
+        raise ValueError("no SFT examples: the trajectories have no steps")
+    return out
+
+
+def collate(examples: list[SFTExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) input_ids / attention_mask and a (B, T-1) loss mask that is 1
+    where the *target* token (position t+1) is a response token."""
+    lengths = [len(e.prompt_ids) + len(e.response_ids) for e in examples]
+    T = max(lengths)
+    ids = torch.full((len(examples), T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(examples), T), dtype=torch.long)
+    loss_mask = torch.zeros((len(examples), T - 1), dtype=torch.float32)
+    for i, e in enumerate(examples):
+        seq = e.prompt_ids + e.response_ids
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+        p = len(e.prompt_ids)
+        loss_mask[i, p - 1 : len(seq) - 1] = 1.0
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask}
+
+
+def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean negative log-likelihood over response tokens, and token accuracy-free stats."""
+    logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])  # (B, T-1)
+    mask = batch["loss_mask"]
+    n = mask.sum().clamp(min=1.0)
+    loss = -(logp * mask).sum() / n
+    return loss, {"sft/loss": float(loss.detach()), "sft/tokens": float(n)}
+
+
+def lr_lambda(warmup: int, total: int, schedule: str = "cosine", floor: float = 0.1):
+    """Linear warm-up to 1, then constant, cosine or linear decay to `floor`."""
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total <= warmup:
+            return 1.0
+        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        if schedule == "linear":
+            return floor + (1 - floor) * (1 - frac)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
+
+
+def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step_offset: int = 0):
+    """Train `model` in place for `cfg.steps` AdamW steps on random batches of `examples`.
+
+    `cfg` is an `SFTConfig`. Batches are drawn with a `torch.Generator` seeded by
+    `cfg.seed`, so two runs with the same seed see the same batches. Returns final stats.
+    """
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.steps))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    stats: dict[str, float] = {}
+    for step in range(cfg.steps):
+        idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
+        batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
+        loss, stats = sft_loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        stats["sft/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        opt.step()
+        sched.step()
+        stats["sft/lr"] = sched.get_last_lr()[0]
+        if logger is not None:
+            logger.log(step_offset + step, stats, advance=1)
+    model.eval()
+    return stats

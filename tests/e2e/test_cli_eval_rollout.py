@@ -1,0 +1,94 @@
+"""`arborl eval` and `arborl rollout` end to end at toy size, through the real CLI parser."""
+
+import json
+
+import pytest
+
+from arborl.cli.main import main
+from arborl.data import read_trajectories
+from arborl.envs import registered_ids
+
+
+@pytest.mark.parametrize("env_id", registered_ids())
+def test_eval_random_and_oracle_on_every_env(env_id, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    code = main(
+        ["eval", "--policy", "oracle", "--env", env_id, "--num-episodes", "4", "--json", str(out)]
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in doc["rows"]}
+    assert sorted(rows) == ["oracle", "random"]  # no duplicate oracle row
+    table = capsys.readouterr().out
+    assert "95% CI" in table and env_id in table
+    for r in rows.values():
+        if "error" not in r:
+            assert 0.0 <= r["ci_low"] <= r["success_rate"] <= r["ci_high"] <= 1.0
+            assert r["episodes"] == 4
+    assert "error" not in rows["random"]
+
+
+def test_rollout_with_tiny_preset_writes_trajectories(tmp_path, capsys):
+    for suffix in (".jsonl", ".parquet"):
+        out = tmp_path / f"r{suffix}"
+        code = main(
+            [
+                "rollout",
+                "--policy",
+                "tiny-0.1m",
+                "--env",
+                "arborl/Maze-v0",
+                "--num-episodes",
+                "4",
+                "--group-size",
+                "2",
+                "--max-turns",
+                "3",
+                "--max-new-tokens",
+                "4",
+                "--no-instruction",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        assert code == 0
+        trajs = read_trajectories(out)
+        assert len(trajs) == 4 and all(1 <= t.num_steps <= 3 for t in trajs)
+        assert trajs[0].task_id == trajs[1].task_id != trajs[2].task_id
+        assert trajs[0].meta["policy"] == "tiny-0.1m" and trajs[0].env_id == "arborl/Maze-v0"
+    assert "success_rate=" in capsys.readouterr().out
+
+
+def test_eval_lm_row_beside_baselines(tmp_path):
+    out = tmp_path / "eval.json"
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "tiny-0.1m",
+                "--env",
+                "arborl/Maze-v0",
+                "--num-episodes",
+                "3",
+                "--max-turns",
+                "2",
+                "--max-new-tokens",
+                "3",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["policy"] for r in rows] == ["tiny-0.1m", "random", "oracle"]
+    assert rows[2]["success_rate"] >= rows[1]["success_rate"]
+
+
+def test_help_strings():
+    for cmd in ("eval", "rollout"):
+        with pytest.raises(SystemExit) as e:
+            main([cmd, "--help"])
+        assert e.value.code == 0

@@ -1,0 +1,109 @@
+"""arborl serve's app driven by the official `openai` client over real HTTP."""
+
+import httpx
+import openai
+import pytest
+import torch
+
+from arborl.generation import HFBackend, SamplingParams
+
+from .conftest import API_KEY, MODEL_NAME
+
+
+@pytest.fixture(scope="module")
+def client(server_url):
+    return openai.OpenAI(base_url=server_url, api_key=API_KEY, max_retries=0)
+
+
+def test_models_and_health(client, server_url):
+    assert [m.id for m in client.models.list().data] == [MODEL_NAME]
+    health = httpx.get(server_url.removesuffix("/v1") + "/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_wrong_key_is_401(server_url):
+    bad = openai.OpenAI(base_url=server_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    with pytest.raises(openai.AuthenticationError):
+        bad.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2)
+
+
+def test_completion_matches_local_backend(client, served_policy):
+    model, tok = served_policy
+    resp = client.completions.create(
+        model=MODEL_NAME, prompt=["hello", "go"], max_tokens=6, temperature=0, logprobs=1
+    )
+    assert [c.index for c in resp.choices] == [0, 1]
+    local = HFBackend(model, tok).generate(
+        [tok.encode(p, add_special_tokens=False) for p in ("hello", "go")],
+        SamplingParams(max_new_tokens=6, temperature=0),
+    )
+    for choice, ref in zip(resp.choices, local):
+        assert choice.text == tok.decode(ref.token_ids, skip_special_tokens=True)
+        torch.testing.assert_close(
+            torch.tensor(choice.logprobs.token_logprobs), torch.tensor(ref.logprobs)
+        )
+        assert choice.finish_reason == ref.finish_reason
+    assert resp.usage.completion_tokens == 12 and resp.usage.prompt_tokens == 7
+
+
+def test_seed_n_and_stop(client):
+    kwargs = dict(model=MODEL_NAME, prompt="hello", max_tokens=20, temperature=1.0, seed=4, n=3)
+    a = client.completions.create(**kwargs)
+    b = client.completions.create(**kwargs)
+    texts = [c.text for c in a.choices]
+    assert len(texts) == 3 and texts == [c.text for c in b.choices]
+    stop = texts[0][5] if len(texts[0]) > 5 else texts[0][-1]
+    cut = client.completions.create(**{**kwargs, "n": 1}, stop=[stop])
+    # OpenAI semantics: the stop string itself is not returned
+    assert cut.choices[0].text == texts[0][: texts[0].index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_streaming_completion_equals_non_streaming(client):
+    kwargs = dict(model=MODEL_NAME, prompt="abc", max_tokens=10, temperature=0)
+    full = client.completions.create(**kwargs).choices[0]
+    chunks = list(client.completions.create(**kwargs, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == full.text
+    assert chunks[-1].choices[0].finish_reason == full.finish_reason
+
+
+def test_chat_and_chat_streaming(client):
+    messages = [{"role": "user", "content": "Which way?"}]
+    resp = client.chat.completions.create(
+        model=MODEL_NAME, messages=messages, max_tokens=12, temperature=0, logprobs=True
+    )
+    msg = resp.choices[0].message
+    assert msg.role == "assistant" and "<|end|>" not in msg.content
+    assert len(resp.choices[0].logprobs.content) == resp.usage.completion_tokens
+    # <|user|>Which way?<|end|><|assistant|>: one token per char, one per special
+    assert resp.usage.prompt_tokens == len("Which way?") + 3
+    stream = client.chat.completions.create(
+        model=MODEL_NAME, messages=messages, max_tokens=12, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == msg.content
+    assert chunks[-1].choices[0].finish_reason == resp.choices[0].finish_reason
+
+
+def test_bad_requests(client):
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt="hi", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="chat template"):
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "robot", "content": "x"}], max_tokens=2
+        )
+
+
+def test_concurrent_requests_are_served_correctly(client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    kwargs = dict(model=MODEL_NAME, max_tokens=8, temperature=0)
+    prompts = ["north", "south", "east", "west"] * 2
+    serial = [client.completions.create(prompt=p, **kwargs).choices[0].text for p in prompts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(client.completions.create, prompt=p, **kwargs) for p in prompts]
+        parallel = [f.result().choices[0].text for f in futures]
+    assert parallel == serial

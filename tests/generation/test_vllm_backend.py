@@ -1,0 +1,94 @@
+"""VLLMBackend: the missing-package error, and the argument/output mapping.
+
+vLLM cannot run on CPU-only machines, so the second test injects a small fake `vllm`
+module into `sys.modules`. It is the only fake in the suite and checks only what arborl
+sends to vLLM and how it maps vLLM's outputs back to `Completion`s.
+"""
+
+import sys
+import types
+from dataclasses import dataclass, field
+
+import pytest
+
+from arborl.generation import SamplingParams, VLLMBackend, make_backend
+
+
+def test_missing_vllm_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match=r"pip install 'arborl\[vllm\]'"):
+        VLLMBackend("some/model")
+    with pytest.raises(ImportError, match="arborl"):
+        make_backend("some/model", kind="vllm")
+
+
+@dataclass
+class _Logprob:
+    logprob: float
+
+
+@dataclass
+class _Sample:
+    token_ids: list
+    logprobs: list
+    text: str
+    finish_reason: str
+
+
+@dataclass
+class _RequestOutput:
+    outputs: list
+
+
+@dataclass
+class _FakeLLM:
+    model: str
+    seed: int
+    kwargs: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+
+    def get_tokenizer(self):
+        return "tokenizer"
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        self.calls.append((prompts, sampling_params, use_tqdm))
+        outs = []
+        for p in prompts:
+            ids = [t + 1 for t in p["prompt_token_ids"]]
+            lps = [{t: _Logprob(-0.5 * t)} for t in ids]
+            outs.append(_RequestOutput([_Sample(ids, lps, "txt", "length")]))
+        return outs
+
+
+def _fake_vllm() -> types.ModuleType:
+    mod = types.ModuleType("vllm")
+    mod.LLM = lambda model, seed, **kw: _FakeLLM(model, seed, kw)
+    mod.SamplingParams = lambda **kw: kw
+    mod.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    return mod
+
+
+def test_argument_and_output_mapping(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", _fake_vllm())
+    backend = VLLMBackend("ckpt", seed=3, gpu_memory_utilization=0.5)
+    assert backend.llm.model == "ckpt" and backend.llm.seed == 3
+    assert backend.llm.kwargs == {"gpu_memory_utilization": 0.5}
+    params = SamplingParams(max_new_tokens=7, temperature=0.5, top_p=0.9, stop=["\n"], seed=1)
+    outs = backend.generate([[1, 2], [5]], params)
+    prompts, sp, use_tqdm = backend.llm.calls[0]
+    assert prompts == [{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": [5]}]
+    assert sp == dict(
+        n=1,
+        max_tokens=7,
+        temperature=0.5,
+        top_p=0.9,
+        top_k=-1,
+        stop=["\n"],
+        seed=1,
+        logprobs=0,
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+    )
+    assert not use_tqdm
+    assert outs[0].token_ids == [2, 3] and outs[0].logprobs == [-1.0, -1.5]
+    assert outs[1].token_ids == [6] and outs[1].finish_reason == "length"

@@ -1,0 +1,114 @@
+"""Presets, load/save, dtype, LoRA and the critic, on real tiny models."""
+
+import pytest
+import torch
+
+from arborl.models import (
+    MODEL_PRESETS,
+    ValueModel,
+    apply_lora,
+    autocast_ctx,
+    load_policy,
+    save_policy,
+    token_logprobs,
+)
+
+
+def test_presets_sizes():
+    expected = {"tiny-0.1m": 0.130, "tiny-1m": 0.998, "qwen-tiny-1m": 0.999}
+    for name, millions in expected.items():
+        model, tok = load_policy(name)
+        n = sum(p.numel() for p in model.parameters()) / 1e6
+        assert abs(n - millions) < 0.002, (name, n)
+        assert model.config.vocab_size == len(tok)
+        assert model.config.max_position_embeddings == 1024
+    assert MODEL_PRESETS["qwen-tiny-1m"].model_type == "qwen2"
+    assert MODEL_PRESETS["tiny-20m"].hidden_size == 512
+
+
+def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a, _ = load_policy("tiny-0.1m", seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    b, _ = load_policy("tiny-0.1m", seed=1)
+    c, _ = load_policy("tiny-0.1m", seed=2)
+    pa, pb, pc = (dict(m.named_parameters()) for m in (a, b, c))
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert not torch.equal(pa["model.embed_tokens.weight"], pc["model.embed_tokens.weight"])
+
+
+def test_unknown_name_lists_presets():
+    with pytest.raises(ValueError, match="tiny-1m"):
+        load_policy("no-such-model")
+    with pytest.raises(ValueError, match="dtype"):
+        load_policy("tiny-0.1m", dtype="int3")
+
+
+def test_save_and_reload_same_logprobs(tmp_path):
+    model, tok = load_policy("tiny-0.1m")
+    save_policy(model, tok, tmp_path)
+    again, tok2 = load_policy(str(tmp_path))
+    ids = torch.tensor([tok.encode("<|user|>hello<|end|>", add_special_tokens=False)])
+    torch.testing.assert_close(token_logprobs(model, ids), token_logprobs(again, ids))
+    assert tok2.chat_template == tok.chat_template and tok2.padding_side == "left"
+
+
+def test_token_logprobs_matches_full_log_softmax_with_left_padding():
+    model, tok = load_policy("tiny-0.1m")
+    enc = tok(["abc", "hello there"], padding=True, return_tensors="pt")
+    lp = token_logprobs(model, enc.input_ids, enc.attention_mask, temperature=0.7, chunk_size=3)
+    assert lp.shape == (2, enc.input_ids.shape[1] - 1)
+    # reference: the short prompt scored alone, via a full log_softmax
+    ids = enc.input_ids[:1, -3:]
+    logits = model(ids).logits[:, :-1] / 0.7
+    ref = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(lp[:1, -2:], ref, atol=1e-5, rtol=0)
+
+
+def test_bf16_weights_and_autocast():
+    model, tok = load_policy("tiny-0.1m", dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    fp32, _ = load_policy("tiny-0.1m")
+    ids = torch.tensor([tok.encode("hello", add_special_tokens=False)])
+    with autocast_ctx("bfloat16"):
+        lp = token_logprobs(fp32, ids)
+    assert lp.dtype == torch.float32
+    torch.testing.assert_close(lp, token_logprobs(fp32, ids), atol=0.05, rtol=0)
+
+
+def test_lora_trains_only_adapters_and_saves_merged(tmp_path):
+    model, tok = load_policy("tiny-0.1m")
+    ids = torch.tensor([tok.encode("hello world", add_special_tokens=False)])
+    before = token_logprobs(model, ids).detach()
+    lora = apply_lora(model, r=4, alpha=8)
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    torch.testing.assert_close(token_logprobs(lora, ids), before)  # B starts at 0
+    opt = torch.optim.SGD([p for p in lora.parameters() if p.requires_grad], lr=1.0)
+    (-token_logprobs(lora, ids).sum()).backward()
+    opt.step()
+    tuned = token_logprobs(lora, ids).detach()
+    assert not torch.allclose(tuned, before)
+    save_policy(lora, tok, tmp_path)
+    merged, _ = load_policy(str(tmp_path))
+    assert not any("lora" in k for k in merged.state_dict())
+    torch.testing.assert_close(token_logprobs(merged, ids), tuned, atol=1e-5, rtol=0)
+
+
+def test_value_model_shapes_save_load(tmp_path):
+    critic = ValueModel.from_policy_spec("tiny-0.1m", seed=3)
+    ids = torch.tensor([[5, 20, 21, 22], [0, 0, 20, 21]])
+    mask = (ids != 0).long()
+    values = critic(ids, mask)
+    assert values.shape == (2, 4)
+    # left padding does not change the value of a real prefix
+    alone = critic(ids[1:, 2:], mask[1:, 2:])
+    torch.testing.assert_close(values[1:, 2:], alone, atol=1e-5, rtol=0)
+    critic.save_pretrained(tmp_path)
+    again = ValueModel.from_pretrained(tmp_path)
+    torch.testing.assert_close(again(ids, mask), values)
+    # a critic can start from a saved policy checkpoint (fresh head)
+    policy, tok = load_policy("tiny-0.1m")
+    save_policy(policy, tok, tmp_path / "policy")
+    from_policy = ValueModel.from_policy_spec(str(tmp_path / "policy"))
+    assert from_policy(ids, mask).shape == (2, 4)

@@ -1,0 +1,36 @@
+"""Shared fixtures: the real tiny preset policy and a counting wrapper around its backend."""
+
+import pytest
+
+from arborl.generation.hf import HFBackend
+from arborl.models import load_policy
+
+
+class CountingBackend:
+    """Forwards to a real backend and records how many prompts each call carried."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.prompts_per_call: list[int] = []
+        self.params: list = []
+        self.max_length = getattr(inner, "max_length", None)
+        self.eos_token_ids = getattr(inner, "eos_token_ids", None)
+
+    def generate(self, prompts, params):
+        self.prompts_per_call.append(len(prompts))
+        self.params.append(params)
+        return self.inner.generate(prompts, params)
+
+
+@pytest.fixture(scope="session")
+def policy():
+    """(model, tokenizer) of `tiny-0.1m`, seeded weights."""
+    model, tok = load_policy("tiny-0.1m", seed=0)
+    model.eval()
+    return model, tok
+
+
+@pytest.fixture
+def backend(policy):
+    model, tok = policy
+    return CountingBackend(HFBackend(model, tok, seed=0))
