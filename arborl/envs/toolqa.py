@@ -183,7 +183,9 @@ def solve(task: dict[str, Any]) -> tuple[str, list[str], float]:
                     f"ToolQA task {task!r} lacks {key!r}; give either "
                     '{"template": name, "params": {...}} or {"question": str, "answer": number}'
                 )
-        gold = float(task["answer"])
+        gold = parse_number(str(task["answer"]))
+        if gold is None:
+            raise ValueError(f"ToolQA task field 'answer'={task['answer']!r} is not a number")
         return str(task["question"]), [str(s) for s in task.get("steps", [])], gold
     name = task["template"]
     if name not in TEMPLATES:

@@ -314,6 +314,13 @@ class WebShopEnv(TextEnv):
                 f"WebShop task field 'category'={task['category']!r} is unknown; "
                 f"known: {sorted(CATEGORIES)}"
             )
+        attrs, opts, bound = task["attributes"], task["options"], task["price_max"]
+        if not (isinstance(attrs, list) and all(isinstance(a, str) for a in attrs)):
+            raise ValueError(f"WebShop task field 'attributes'={attrs!r} must be a list of str")
+        if not (isinstance(opts, dict) and all(isinstance(v, str) for v in opts.values())):
+            raise ValueError(f"WebShop task field 'options'={opts!r} must map str to str")
+        if isinstance(bound, bool) or not isinstance(bound, int | float):
+            raise ValueError(f"WebShop task field 'price_max'={bound!r} must be a number")
         self.page, self.query, self.page_num, self.item_id = "search", "", 1, ""
         self.selected, self.bought, self.reward = {}, False, 0.0
         return f"Instruction: {goal_text(task)}\n{self._render()}"
@@ -383,6 +390,7 @@ class WebShopEnv(TextEnv):
             if not tokenize(arg):
                 return self._invalid("the search query has no keywords")
             self.page, self.query, self.page_num = "results", " ".join(tokenize(arg)[:32]), 1
+            self.item_id, self.selected = "", {}
             return self._render(), 0.0, False, True
         return self._click(arg)
 
@@ -408,8 +416,8 @@ class WebShopEnv(TextEnv):
             self.page, self.item_id, self.selected = "results", "", {}
         elif self.page == "item" and target == "buy now":
             return self._buy()
-        elif self.page == "item" and self._option_of(target) is not None:
-            self.selected[self._option_of(target)] = target
+        elif self.page == "item" and (kind := self._option_of(target)) is not None:
+            self.selected[kind] = target
         else:
             return self._invalid(f"{target[:60]!r} is not clickable on this page")
         return self._render(), 0.0, False, True
@@ -474,6 +482,6 @@ class WebShopEnv(TextEnv):
                     return f"click[{good[0]}]"
                 return "click[next >]" if page > self.page_num else "click[< prev]"
         for query in self._oracle_queries():
-            if self._good_in(query) and query != self.query:
+            if self._good_in(query) and " ".join(tokenize(query)) != self.query:
                 return f"search[{query}]"
         return f"search[{self._oracle_queries()[-1]}]"
