@@ -76,7 +76,8 @@ def render_chat(tokenizer: Any, messages: list[dict[str, str]], add_generation_p
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of already-templated text (special tokens parsed, none added)."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    # verbose=False: long multi-turn prompts are expected; the rollout caps them itself.
+    return list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 
 def build_prompt(

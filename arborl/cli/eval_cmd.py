@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arborl.cli._policy_args import add_policy_args, configs_from_args
+from arborl.cli.rollout_cmd import add_policy_args, configs_from_args
 
 COLUMNS = (
     ("policy", "policy", "{}"),

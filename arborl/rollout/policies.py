@@ -86,7 +86,7 @@ class OraclePolicy:
         out = []
         for env in envs:
             if not hasattr(env, "oracle_action"):
-                raise TypeError(
+                raise NotImplementedError(
                     f"{type(env).__name__} has no oracle_action(); the oracle policy needs an "
                     "env with an expert solver"
                 )

@@ -207,8 +207,11 @@ class TrainConfig:
     """Prompting, memory and action parsing. The default suits Markov envs such as the
     demo's Maze and a tiny from-scratch model: each prompt is the current observation only
     (no history, no instruction text, which a model trained from scratch cannot read)."""
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """How episodes are collected each RL step."""
+    rollout: RolloutConfig = field(
+        default_factory=lambda: RolloutConfig(num_tasks=16, group_size=8, max_new_tokens=8)
+    )
+    """How episodes are collected each RL step (16 tasks x 8 episodes: group estimators
+    need several episodes of the same task)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantage estimator and losses."""
     reward: RewardConfig = field(default_factory=RewardConfig)

@@ -28,13 +28,13 @@ from arborl.envs import EnvPool
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel, apply_lora, load_policy
 from arborl.rewards import combine_rewards
-from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy, run_rollout
+from arborl.rollout import draw_seeds, run_rollout
 from arborl.train.advantages import compute_advantages, episode_lengths
 from arborl.train.checkpoint import load_state, resolve_resume, save_checkpoint
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_policy
 from arborl.train.runlog import MetricsLogger, RunDir
-from arborl.train.sft import build_sft_examples, lr_lambda, run_sft
+from arborl.train.sft import lr_lambda, warm_start
 from arborl.train.update import critic_update, critic_values, ppo_update, score_rows
 
 log = logging.getLogger("arborl")
@@ -63,7 +63,8 @@ class RLTrainer:
         self.backend = HFBackend(self.model, self.tokenizer, max_batch_size=128)
         a = cfg.algo
         self.critic = self.critic_opt = None
-        if algos.needs_critic(a.name):
+        # algo.name "ppo" is GAE over a critic ("gae" in the estimator registry).
+        if algos.needs_critic("gae" if a.name == "ppo" else a.name):
             self.critic = ValueModel.from_policy_spec(cfg.model.name_or_path, seed=cfg.model.seed + 1)
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
         self.ref = None
@@ -90,23 +91,7 @@ class RLTrainer:
 
     # --- phases -------------------------------------------------------------------------
     def warm_start(self, logger: MetricsLogger) -> dict[str, float]:
-        c = self.cfg
-        if c.sft.demos:
-            from arborl.data import read_trajectories
-
-            demos = read_trajectories(c.sft.demos)
-        else:
-            seeds = draw_seeds(c.sft.num_demos, c.sft.seed)
-            res = run_episodes_with_policy(
-                OraclePolicy(), c.env.id, seeds, replace(c.rollout, group_size=1),
-                split=c.env.train_split, env_kwargs=c.env.kwargs,
-            )
-            demos = res.trajectories
-        examples = build_sft_examples(demos, self.tokenizer, c.agent)
-        log.info("SFT on %d demos (%d steps) for %d optimizer steps", len(demos), len(examples), c.sft.steps)
-        stats = run_sft(self.model, self.tokenizer, examples, c.sft, logger=None)
-        logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
-        return stats
+        return warm_start(self.model, self.tokenizer, self.cfg, logger)
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         c = self.cfg

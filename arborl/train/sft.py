@@ -8,6 +8,7 @@ token), never the prompt or the observation.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ import torch
 from arborl.agent import AgentConfig, build_prompt, encode_text, make_memory
 from arborl.data import Trajectory
 from arborl.models.scoring import token_logprobs
+from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
+
+log = logging.getLogger("arborl")
 
 
 @dataclass
@@ -114,3 +118,36 @@ def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step
             logger.log(step_offset + step, stats, advance=1)
     model.eval()
     return stats
+
+
+def load_demos(cfg) -> list[Trajectory]:
+    """The SFT demos of a `TrainConfig`: `sft.demos` read from file, or `sft.num_demos`
+    oracle episodes of `env.train_split` (tasks drawn from `sft.seed`)."""
+    from dataclasses import replace
+
+    from arborl.data import read_trajectories
+
+    if cfg.sft.demos:
+        return read_trajectories(cfg.sft.demos)
+    seeds = draw_seeds(cfg.sft.num_demos, cfg.sft.seed)
+    res = run_episodes_with_policy(
+        OraclePolicy(), cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
+        split=cfg.env.train_split, env_kwargs=cfg.env.kwargs,
+    )
+    return res.trajectories
+
+
+def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> dict[str, float]:
+    """SFT `model` in place on the demos of `cfg` (a `TrainConfig`); the final stats.
+
+    With `log_steps`, every optimizer step's stats go to `logger` (`arborl sft`);
+    otherwise only the final stats are logged, as step 0 (`arborl train`)."""
+    demos = load_demos(cfg)
+    examples = build_sft_examples(demos, tokenizer, cfg.agent)
+    log.info(
+        "SFT on %d demos (%d steps) for %d optimizer steps", len(demos), len(examples), cfg.sft.steps
+    )
+    stats = run_sft(model, tokenizer, examples, cfg.sft, logger=logger if log_steps else None)
+    if logger is not None and not log_steps:
+        logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
+    return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos))}

@@ -105,19 +105,20 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     mask = mb.tensors["response_mask"][:, :a]
     old = mb.tensors["old_logp"][:, :a]
     adv = mb.tensors["adv"] * mb.tensors["weight"]  # (B,) episode weighting scales rows
-    common = dict(agg=algo.loss_agg, max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens)
+    # Denominators of the whole minibatch, so that summing micro-batch losses is exact.
+    common = dict(max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens)
     loss, pstats = algos.ppo_policy_loss(
-        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, **common
+        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg, **common
     )
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())
     if kl_coef > 0 and not algo.kl_in_reward:
         kl = algos.kl_penalty(logp, mb.tensors["ref_logp"][:, :a], algo.kl_estimator)
-        kl_loss = algos.aggregate(kl, mask, **common)
+        kl_loss = algos.aggregate(kl, mask, algo.loss_agg, **common)
         loss = loss + kl_coef * kl_loss
         stats["actor/kl"] = float(kl_loss.detach())
     if entropy is not None:
-        ent = algos.aggregate(entropy, mask, **common)
+        ent = algos.aggregate(entropy, mask, algo.loss_agg, **common)
         loss = loss - algo.entropy_coef * ent
         stats["actor/entropy"] = float(ent.detach())
     return loss, stats
@@ -162,6 +163,6 @@ def critic_update(critic, optimizer, batch: Batch, algo, generator) -> dict[str,
             gn = torch.nn.utils.clip_grad_norm_(critic.parameters(), algo.grad_clip or float("inf"))
             if math.isfinite(float(gn)):
                 optimizer.step()
-            sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + float(loss)
+            sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + float(loss.detach())
             count += 1
     return {k: v / max(count, 1) for k, v in sums.items()}
