@@ -15,14 +15,22 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from arborl.train.rl import RLTrainer
+    from arborl.train.rl import RLTrainer, TrainingAborted
 
-    summary = RLTrainer(cfg).fit()
+    try:
+        summary = RLTrainer(cfg).fit()
+    except TrainingAborted as e:
+        print(f"error: training aborted: {e}", file=sys.stderr)
+        return 1
     b, a = summary["before"], summary["after"]
     print(f"\nrun: {summary['run_dir']}  ({summary['steps']} RL steps, {summary['wall_s']} s)")
     if b:
-        print(f"held-out success before RL: {b['success']:.3f}  95% CI [{b['success_lo']:.3f}, {b['success_hi']:.3f}]  (n={int(b['episodes'])})")
-    print(f"held-out success after RL:  {a['success']:.3f}  95% CI [{a['success_lo']:.3f}, {a['success_hi']:.3f}]  (n={int(a['episodes'])})")
+        print(
+            f"held-out success before RL: {b['success']:.3f}  95% CI [{b['success_lo']:.3f}, {b['success_hi']:.3f}]  (n={int(b['episodes'])})"
+        )
+    print(
+        f"held-out success after RL:  {a['success']:.3f}  95% CI [{a['success_lo']:.3f}, {a['success_hi']:.3f}]  (n={int(a['episodes'])})"
+    )
     return 0
 
 

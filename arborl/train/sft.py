@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from arborl.agent import AgentConfig, build_prompt, encode_text, make_memory
+from arborl.agent import AgentConfig, build_prompt, encode_text, instruction_text, make_memory
 from arborl.data import Trajectory
 from arborl.models.scoring import token_logprobs
 from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
@@ -41,9 +41,11 @@ def build_sft_examples(
     out = []
     for traj in trajectories:
         memory = make_memory(agent_cfg)
+        # As LMPolicy does: agent.system_prompt, when set, replaces the env's instruction.
+        instruction = instruction_text(traj.instruction, agent_cfg)
         for step in traj.steps:
             response = step.response if step.response is not None else step.action
-            prompt = build_prompt(tokenizer, step.observation, memory, traj.instruction, agent_cfg)
+            prompt = build_prompt(tokenizer, step.observation, memory, instruction, agent_cfg)
             out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
             memory.add(step.observation, response)
     if not out:

@@ -27,15 +27,25 @@ class UpdateResult:
 
 
 def micro_batches(batch: Batch, max_tokens: int) -> list[Batch]:
-    """Consecutive slices of `batch` whose padded size (rows x row length) fits `max_tokens`."""
-    lengths = batch.tensors["attention_mask"].sum(-1).tolist()
-    out, start, longest = [], 0, 0
-    for i, n in enumerate(lengths):
-        longest_new = max(longest, n)
-        if i > start and longest_new * (i - start + 1) > max_tokens:
+    """Consecutive slices of `batch` whose trimmed size fits `max_tokens` (a single row
+    longer than that gets a slice of its own).
+
+    A slice is cut to (its longest prompt + its longest response) columns by `_trim`, so
+    that width times the rows is what a forward pass costs, not the longest row alone."""
+    attn = batch.tensors["attention_mask"]
+    if "prompt_length" in batch.info and "response_mask" in batch.tensors:
+        p_len = int(batch.info["prompt_length"])
+        prompts = attn[:, :p_len].sum(-1).tolist()
+        responses = batch.tensors["response_mask"].sum(-1).long().tolist()
+    else:
+        prompts, responses = attn.sum(-1).tolist(), [0] * len(batch)
+    out, start, max_p, max_r = [], 0, 0, 0
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        new_p, new_r = max(max_p, p), max(max_r, r)
+        if i > start and (new_p + new_r) * (i - start + 1) > max_tokens:
             out.append(batch[start:i])
-            start, longest_new = i, n
-        longest = longest_new
+            start, new_p, new_r = i, p, r
+        max_p, max_r = new_p, new_r
     out.append(batch[start:])
     return out
 

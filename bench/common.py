@@ -1,0 +1,72 @@
+"""Helpers shared by the `bench/` scripts: machine facts, medians, a text table, JSON output.
+
+Benchmarks on a shared box are noisy, so every script interleaves the methods it compares
+(A B A B ...) inside one process and reports medians; `machine_info` records the load
+average next to the numbers so a reader can tell a quiet run from a busy one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine_info(num_threads: int) -> dict[str, Any]:
+    """Versions, core count, torch threads and the current load average."""
+    import torch
+    import transformers
+
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_num_threads": num_threads,
+        "loadavg": list(os.getloadavg()),
+    }
+    try:
+        import trl
+
+        info["trl"] = trl.__version__
+    except ImportError:
+        info["trl"] = None
+    return info
+
+
+def median(values: list[float]) -> float:
+    """Median of a non-empty list (NaN when empty, so a missing side shows up in the table)."""
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is zero."""
+    return a / b if b else float("nan")
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown table (floats with 3 significant decimals), also readable in a terminal."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], out: str | None, name: str) -> Path:
+    """Write `result` to `out` or `bench/results/<name>.json`; return the path."""
+    path = Path(out) if out else RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    return path

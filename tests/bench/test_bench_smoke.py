@@ -1,0 +1,61 @@
+"""The `bench/` scripts run end to end at toy size and write the JSON keys the docs rely on.
+
+Benchmarks are not tests (timings are never asserted); this only checks that the scripts
+still work against the current library and TRL. Needs the `bench` extra (trl, datasets).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+pytest.importorskip(
+    "trl", reason="the bench scripts compare against TRL: pip install -e '.[bench]'"
+)
+pytest.importorskip("datasets")
+
+
+def run_script(name: str, out: Path, *extra: str) -> dict:
+    cmd = [sys.executable, str(BENCH / name), "--quick", "--repeats", "1", "--out", str(out)]
+    proc = subprocess.run(
+        [*cmd, *extra], capture_output=True, text=True, timeout=300, env=None, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| method |" in proc.stdout or "| model |" in proc.stdout  # the printed table
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_rollout_bench_writes_its_json(tmp_path):
+    doc = run_script("rollout.py", tmp_path / "rollout.json")
+    assert doc["benchmark"] == "rollout" and doc["quick"] is True
+    assert len(doc["machine"]["loadavg"]) == 3 and doc["machine"]["torch_num_threads"] == 1
+    assert [c["env_id"] for c in doc["cases"]] == ["arborl/Maze-v0", "arborl/Countdown-v0"]
+    for case in doc["cases"]:
+        summary = case["summary"]
+        for method in ("arborl", "naive", "trl"):
+            s = summary[method]
+            for key in ("tokens_per_s", "episodes_per_s", "env_steps_per_s", "tokens_per_episode"):
+                assert s[key] > 0, (case["env_id"], method, key)
+            assert len(case["runs"][method]) == 1
+        for base in ("naive", "trl"):
+            assert summary[f"arborl_over_{base}"]["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_train_step_bench_writes_its_json(tmp_path):
+    doc = run_script("train_step.py", tmp_path / "train_step.json", "--models", "tiny-0.1m")
+    assert doc["benchmark"] == "train_step"
+    assert doc["setup"]["prompts"] * doc["setup"]["group_size"] == 32
+    (model,) = doc["models"]
+    assert model["model"] == "tiny-0.1m"
+    for key in ("step_s", "generate_s", "update_s"):
+        assert model["arborl"][key] > 0
+    assert model["trl"]["step_s"] > 0 and model["ratio_arborl_over_trl"] > 0
+    # Both sides generate exactly 32 new tokens per sample.
+    assert model["arborl"]["mean_new_tokens"] == 32
+    assert model["trl"]["mean_new_tokens"] == 32

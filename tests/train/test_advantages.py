@@ -1,0 +1,124 @@
+"""compute_advantages on a hand-built step-view Batch, numbers worked out by hand below.
+
+Rows (interleaved on purpose, so broadcasting must follow traj_id, not row order):
+  row  traj  step  group  reward  anchor  done
+   0    a     0     g0     0.0     s0     no
+   1    b     0     g0     0.0     s0     yes
+   2    a     1     g0     1.0     s1     yes
+   3    c     0     g1     2.0     t0     yes
+   4    d     0     g1     2.0     t0     yes
+Trajectory returns: a = 1, b = 0, c = 2, d = 2.
+"""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from arborl.data import Batch
+from arborl.train.advantages import compute_advantages, episode_lengths
+from arborl.train.config import AlgoConfig
+
+
+def _batch(truncated=(False,) * 5) -> tuple[Batch, torch.Tensor]:
+    rewards = torch.tensor([0.0, 0.0, 1.0, 2.0, 2.0])
+    anchor = np.empty(5, dtype=object)
+    anchor[:] = ["s0", "s0", "s1", "t0", "t0"]
+    meta = {
+        "traj_id": np.array(["a", "b", "a", "c", "d"]),
+        "step": np.array([0, 0, 1, 0, 0]),
+        "group_id": np.array(["g0", "g0", "g0", "g1", "g1"]),
+        "anchor": anchor,
+        "done": np.array([False, True, True, True, True]),
+        "truncated": np.array(truncated),
+    }
+    return Batch.from_dict({"step_reward": rewards}, meta, {"view": "step"}), rewards
+
+
+def _algo(name, **kw):
+    return AlgoConfig(name=name, **kw)
+
+
+def test_grpo_broadcasts_one_value_per_trajectory():
+    b, r = _batch()
+    adv, ret, _ = compute_advantages(b, r, _algo("grpo"))
+    # g0: mean 0.5, unbiased std sqrt((0.25 + 0.25) / 1) = 0.7071 -> a = +0.7071, b = -0.7071;
+    # g1: c = d -> 0. Both rows of a get a's value.
+    s = 0.5 / math.sqrt(0.5)
+    assert ret is None
+    assert torch.allclose(adv, torch.tensor([s, -s, s, 0.0, 0.0]), atol=1e-5)
+    adv, _, _ = compute_advantages(b, r, _algo("grpo", norm_by_std=False))
+    assert torch.allclose(adv, torch.tensor([0.5, -0.5, 0.5, 0.0, 0.0]))
+
+
+def test_rloo_and_reinforce_pp_rows():
+    b, r = _batch()
+    adv, _, _ = compute_advantages(b, r, _algo("rloo"))
+    # a: 1 - mean(others in g0) = 1 - 0 = 1; b: 0 - 1 = -1; c, d: 2 - 2 = 0.
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 1.0, 0.0, 0.0]))
+    adv, _, _ = compute_advantages(b, r, _algo("reinforce_pp"))
+    # Whitened over the 4 trajectories (1, 0, 2, 2): mean 1.25, unbiased std sqrt(2.75/3).
+    std = math.sqrt(((1 - 1.25) ** 2 + 1.25**2 + 2 * 0.75**2) / 3)
+    w = [(x - 1.25) / std for x in (1.0, 0.0, 2.0, 2.0)]
+    assert torch.allclose(adv, torch.tensor([w[0], w[1], w[0], w[2], w[3]]), atol=1e-5)
+
+
+def test_gigpo_episode_plus_step_level():
+    b, r = _batch()
+    adv, ret, stats = compute_advantages(
+        b, r, _algo("gigpo", gigpo_gamma=0.5, gigpo_omega=1.0, norm_by_std=False)
+    )
+    # Episode level (Dr.GRPO): [0.5, -0.5, 0.5, 0, 0].
+    # Step returns (gamma 0.5): a0 = 0 + 0.5 * 1 = 0.5, b0 = 0, a1 = 1, c0 = d0 = 2.
+    # Anchor clusters: (g0, s0) = rows 0, 1 (0.5, 0) -> mean 0.25 -> +0.25, -0.25;
+    # (g0, s1) = row 2 alone -> 0; (g1, t0) = rows 3, 4 equal -> 0.
+    assert ret is None
+    assert torch.allclose(adv, torch.tensor([0.75, -0.75, 0.5, 0.0, 0.0]))
+    assert stats["adv/step_abs_mean"] == pytest.approx((0.25 + 0.25) / 5)
+
+
+def _gae_batch(truncated_b: bool):
+    """Trajectories a (rewards 0, 1) and b (reward 0) in rows [a0, b0, a1]."""
+    meta = {
+        "traj_id": np.array(["a", "b", "a"]),
+        "step": np.array([0, 0, 1]),
+        "group_id": np.array(["g", "g", "g"]),
+        "done": np.array([False, True, True]),
+        "truncated": np.array([False, truncated_b, False]),
+    }
+    rewards = torch.tensor([0.0, 0.0, 1.0])
+    return Batch.from_dict({"step_reward": rewards}, meta), rewards
+
+
+def test_ppo_gae_by_hand_gamma_half_lambda_one():
+    values = torch.tensor([0.2, 0.4, 0.6])  # V(a0), V(b0), V(a1)
+    algo = _algo("ppo", gamma=0.5, lam=1.0)
+    b, r = _gae_batch(truncated_b=False)
+    adv, ret, _ = compute_advantages(b, r, algo, values)
+    # a1: delta = 1 - 0.6 = 0.4 -> A = 0.4, R = 1.0.
+    # a0: delta = 0 + 0.5 * 0.6 - 0.2 = 0.1 -> A = 0.1 + 0.5 * 1 * 0.4 = 0.3, R = 0.5.
+    # b0 (terminal): delta = 0 - 0.4 -> A = -0.4, R = 0.
+    raw = torch.tensor([0.3, -0.4, 0.4])
+    assert torch.allclose(ret, torch.tensor([0.5, 0.0, 1.0]), atol=1e-6)
+    assert torch.allclose(adv, (raw - raw.mean()) / (raw.std() + 1e-6), atol=1e-5)
+
+    # Truncated b0 is not terminal: it bootstraps from its own value, r' = 0 + 0.5 * 0.4.
+    # A = 0.2 - 0.4 = -0.2, R = 0.2; trajectory a is unchanged.
+    b, r = _gae_batch(truncated_b=True)
+    adv, ret, _ = compute_advantages(b, r, algo, values)
+    raw = torch.tensor([0.3, -0.2, 0.4])
+    assert torch.allclose(ret, torch.tensor([0.5, 0.2, 1.0]), atol=1e-6)
+    assert torch.allclose(adv, (raw - raw.mean()) / (raw.std() + 1e-6), atol=1e-5)
+
+
+def test_ppo_without_values_says_what_is_missing():
+    b, r = _gae_batch(False)
+    with pytest.raises(ValueError, match="critic values"):
+        compute_advantages(b, r, SimpleNamespace(name="ppo"))
+
+
+def test_episode_lengths_per_row():
+    b, _ = _batch()
+    assert episode_lengths(b).tolist() == [2.0, 1.0, 2.0, 1.0, 1.0]
