@@ -313,5 +313,25 @@ def load_config(
         else:
             dotted.append((key, _parse_value(text)))
     for key, value in dotted:
+        _seed_dict_default(cls, data, key)
         _set_dotted(data, key, value)
     return from_dict(cls, data)
+
+
+def _seed_dict_default(cls: type, data: dict, dotted: str) -> None:
+    """`reward.sources.format=0.5` adds one entry to the dict field `reward.sources`:
+    copy the field's default in first, so the override merges instead of replacing."""
+    node, tp = data, cls
+    for k in dotted.split(".")[:-1]:
+        if not dataclasses.is_dataclass(tp):
+            return
+        f = {f.name: f for f in dataclasses.fields(tp)}.get(k)
+        if f is None:
+            return
+        ftp = typing.get_type_hints(tp)[k]
+        if get_origin(ftp) is dict:
+            if k not in node and f.default_factory is not dataclasses.MISSING:
+                node[k] = dict(f.default_factory())
+            return
+        node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
+        tp = ftp
