@@ -1,2 +1,3 @@
 """arborl: RL for language-model agents."""
+
 __version__ = "0.1.0"

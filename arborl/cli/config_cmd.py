@@ -17,8 +17,10 @@ def _docs(args: argparse.Namespace) -> int:
         if dataclasses.is_dataclass(tp):
             print(f"\n[{path}]  {doc}")
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
         print(f"  {path} = {default!r}\n      {doc}")
     return 0

@@ -11,7 +11,9 @@ here are shared with `arborl eval`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from pathlib import Path
 
 from arborl.agent import AgentConfig
 from arborl.agent.config import ACTION_FORMATS, MEMORY_KINDS
@@ -38,17 +40,25 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
     p.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="tokens generated per turn")
     p.add_argument(
-        "--memory", default="full", choices=MEMORY_KINDS, help="past turns in the prompt"
+        "--memory",
+        default=None,
+        choices=MEMORY_KINDS,
+        help="past turns in the prompt (default: the checkpoint's arborl_agent.json, else full)",
     )
-    p.add_argument("--memory-k", type=int, default=4, help="turns kept by --memory last_k")
+    p.add_argument(
+        "--memory-k", type=int, default=None, help="turns kept by --memory last_k (default 4)"
+    )
     p.add_argument(
         "--action-format",
-        default="plain",
+        default=None,
         choices=ACTION_FORMATS,
-        help="how responses hold actions",
+        help="how responses hold actions (default: the checkpoint's, else plain)",
     )
     p.add_argument(
-        "--no-instruction", action="store_true", help="leave the env's instruction out of prompts"
+        "--no-instruction",
+        action="store_true",
+        default=None,
+        help="leave the env's instruction out of prompts (default: the checkpoint's setting)",
     )
     p.add_argument("--tokenizer", default=None, help="tokenizer (preset or dir) for a URL policy")
     p.add_argument("--chunk-episodes", type=int, default=64, help="episodes run at once")
@@ -64,13 +74,26 @@ def configs_from_args(
         temperature=args.temperature,
         seed=args.seed,
     )
-    agent = AgentConfig(
-        memory=args.memory,
-        memory_k=args.memory_k,
-        action_format=args.action_format,
-        include_instruction=not args.no_instruction,
-    )
+    agent = AgentConfig(**agent_settings_of(args.policy))
+    flags = {
+        "memory": args.memory,
+        "memory_k": args.memory_k,
+        "action_format": args.action_format,
+        "include_instruction": None if args.no_instruction is None else not args.no_instruction,
+    }
+    agent = dataclasses.replace(agent, **{k: v for k, v in flags.items() if v is not None})
     return cfg, agent
+
+
+def agent_settings_of(policy: str) -> dict:
+    """The prompt settings a checkpoint was trained with (`arborl_agent.json`, written by
+    `arborl train`/`arborl sft`), so that eval prompts the model as training did."""
+    path = Path(policy) / "arborl_agent.json"
+    if not path.is_file():
+        return {}
+    known = {f.name for f in dataclasses.fields(AgentConfig)}
+    data = json.loads(path.read_text())
+    return {k: v for k, v in data.items() if k in known and k != "summary_fn"}
 
 
 def format_stats(stats: dict[str, float]) -> str:

@@ -104,7 +104,9 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
         if value not in allowed:
             close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{path}={value!r} is not allowed; choose one of {list(allowed)}.{hint}")
+            raise ConfigError(
+                f"{path}={value!r} is not allowed; choose one of {list(allowed)}.{hint}"
+            )
         return value
     if tp is bool:
         if isinstance(value, bool):
@@ -302,9 +304,7 @@ def load_config(
             if not path.exists():
                 close = difflib.get_close_matches(text, choices, n=1)
                 hint = f" Did you mean {key}={close[0]}?" if close else ""
-                raise ConfigError(
-                    f"{key}={text!r}: no file {path}; choose one of {choices}.{hint}"
-                )
+                raise ConfigError(f"{key}={text!r}: no file {path}; choose one of {choices}.{hint}")
             group = _read_yaml(path)
             # `_root_:` in a group file sets keys of other sections (an env file choosing
             # agent settings that suit it, for example).

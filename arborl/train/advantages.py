@@ -24,7 +24,9 @@ def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
     return inverse, steps, len(uniq)
 
 
-def trajectory_scores(batch: Batch, rewards: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+def trajectory_scores(
+    batch: Batch, rewards: torch.Tensor
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """(n_traj,) summed reward, (n_traj,) group id, and each row's trajectory index."""
     inverse, _, n = _traj_layout(batch)
     inv = torch.as_tensor(inverse)
@@ -94,5 +96,7 @@ def _gae_rows(batch: Batch, rewards: torch.Tensor, values: torch.Tensor, algo):
     r[idx] = r[idx] + torch.where(last_trunc, algo.gamma * values.detach().float(), 0.0)
     adv, ret = algos.gae(r, v, mask, algo.gamma, algo.lam)  # (n, T)
     adv_rows, ret_rows = adv[idx], ret[idx]
-    adv_rows = (adv_rows - adv_rows.mean()) / (adv_rows.std() + 1e-6) if len(adv_rows) > 1 else adv_rows
+    adv_rows = (
+        (adv_rows - adv_rows.mean()) / (adv_rows.std() + 1e-6) if len(adv_rows) > 1 else adv_rows
+    )
     return adv_rows, ret_rows, {"critic/values_mean": float(values.mean())}

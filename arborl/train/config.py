@@ -54,7 +54,9 @@ class EnvConfig:
 class AlgoConfig:
     """Advantage estimator and PPO-family losses."""
 
-    name: Literal["ppo", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"] = "grpo"
+    name: Literal[
+        "ppo", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"
+    ] = "grpo"
     """Advantage estimator: ppo (GAE with a critic) or a critic-free group estimator."""
     gamma: float = field(default=1.0, metadata={"min": 0.0, "max": 1.0})
     """Discount over env steps (GAE, GiGPO step returns)."""
@@ -86,7 +88,9 @@ class AlgoConfig:
     """Apply the KL as a reward penalty instead of a loss term."""
     kl_target: float | None = field(default=None, metadata={"min": 0.0})
     """Target KL for the adaptive controller; None keeps kl_coef fixed."""
-    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
+    loss_agg: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = "seq-mean-token-mean"
     """How per-token losses are reduced to one number."""
     episode_weighting: bool = True
     """Step view: weight each step row by 1 / (its episode's length), so long failed

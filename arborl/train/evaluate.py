@@ -14,12 +14,21 @@ from arborl.rollout.policies import LMPolicy
 
 
 def evaluate_policy(
-    backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg: RolloutConfig, eval_cfg,
-    num_episodes: int | None = None, split: str = "test",
+    backend,
+    tokenizer,
+    env_id,
+    env_kwargs,
+    agent_cfg,
+    rollout_cfg: RolloutConfig,
+    eval_cfg,
+    num_episodes: int | None = None,
+    split: str = "test",
 ) -> dict[str, float]:
     """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate."""
     n = num_episodes or eval_cfg.num_episodes
-    cfg = replace(rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=eval_cfg.seed)
+    cfg = replace(
+        rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=eval_cfg.seed
+    )
     seeds = draw_seeds(n, eval_cfg.seed)
     policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
     res = run_episodes_with_policy(policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs)

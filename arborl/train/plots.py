@@ -18,7 +18,12 @@ def plot_learning_curves(run_dir: str | Path, history: dict) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
     if records:
-        ax.plot([r["step"] for r in records], [r["train/success"] for r in records], label="train rollouts", alpha=0.6)
+        ax.plot(
+            [r["step"] for r in records],
+            [r["train/success"] for r in records],
+            label="train rollouts",
+            alpha=0.6,
+        )
     ev = history.get("eval", [])
     if ev:
         ax.plot([s for s, _ in ev], [v for _, v in ev], "o-", label="held-out eval")

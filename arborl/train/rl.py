@@ -65,11 +65,15 @@ class RLTrainer:
         self.critic = self.critic_opt = None
         # algo.name "ppo" is GAE over a critic ("gae" in the estimator registry).
         if algos.needs_critic("gae" if a.name == "ppo" else a.name):
-            self.critic = ValueModel.from_policy_spec(cfg.model.name_or_path, seed=cfg.model.seed + 1)
+            self.critic = ValueModel.from_policy_spec(
+                cfg.model.name_or_path, seed=cfg.model.seed + 1
+            )
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
         self.ref = None
         if a.kl_coef > 0:
-            self.ref, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed)
+            self.ref, _ = load_policy(
+                cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
+            )
             self.ref.requires_grad_(False)
         self.kl_ctl = (
             algos.make_kl_controller("adaptive", a.kl_coef, a.kl_target)
@@ -97,8 +101,15 @@ class RLTrainer:
         c = self.cfg
         self.model.eval()
         return evaluate_policy(
-            self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-            num_episodes=num_episodes, split=c.env.eval_split,
+            self.backend,
+            self.tokenizer,
+            c.env.id,
+            c.env.kwargs,
+            c.agent,
+            c.rollout,
+            c.eval,
+            num_episodes=num_episodes,
+            split=c.env.eval_split,
         )
 
     def rl_step(self) -> dict[str, float]:
@@ -108,7 +119,9 @@ class RLTrainer:
         seeds = draw_seeds(c.rollout.num_tasks, step_seed(c.trainer.seed, self.step, 1))
         rcfg = replace(c.rollout, seed=step_seed(c.trainer.seed, self.step, 2))
         self.model.eval()
-        res = run_rollout(self.backend, self.tokenizer, self.pool, seeds, rcfg, c.agent, split=c.env.train_split)
+        res = run_rollout(
+            self.backend, self.tokenizer, self.pool, seeds, rcfg, c.agent, split=c.env.train_split
+        )
         batch = res.batch
         t_roll = time.perf_counter() - t0
         self.env_steps += len(batch)
@@ -121,7 +134,9 @@ class RLTrainer:
         }
         total, comps = combine_rewards(fields, c.reward.sources)
         rewards = torch.as_tensor(total, dtype=torch.float32)
-        metrics = {f"reward/{k}": float(v.sum() / max(1, len(res.trajectories))) for k, v in comps.items()}
+        metrics = {
+            f"reward/{k}": float(v.sum() / max(1, len(res.trajectories))) for k, v in comps.items()
+        }
         mtok = a.micro_batch_tokens
         if self.ref is not None:
             batch["ref_logp"] = score_rows(self.ref, batch, rcfg.temperature, mtok)
@@ -142,7 +157,9 @@ class RLTrainer:
         t1 = time.perf_counter()
         if len(train):
             self.model.train()
-            up = ppo_update(self.model, self.opt, train, a, rcfg.temperature, self.gen, self.kl_ctl.value)
+            up = ppo_update(
+                self.model, self.opt, train, a, rcfg.temperature, self.gen, self.kl_ctl.value
+            )
             metrics.update(up.stats)
             self._count_bad(up.skipped)
             if self.critic is not None:
@@ -151,13 +168,19 @@ class RLTrainer:
         if "actor/kl" in metrics:
             self.kl_ctl.update(metrics["actor/kl"], len(batch))
         s = res.stats
-        metrics.update({
-            "train/success": s["success_rate"], "train/mean_return": s["mean_return"],
-            "train/mean_turns": s["mean_turns"], "train/invalid_rate": s["invalid_action_rate"],
-            "train/env_steps": float(self.env_steps), "time/rollout_s": t_roll,
-            "time/update_s": time.perf_counter() - t1, "actor/lr": self.sched.get_last_lr()[0],
-            "actor/kl_coef": self.kl_ctl.value,
-        })
+        metrics.update(
+            {
+                "train/success": s["success_rate"],
+                "train/mean_return": s["mean_return"],
+                "train/mean_turns": s["mean_turns"],
+                "train/invalid_rate": s["invalid_action_rate"],
+                "train/env_steps": float(self.env_steps),
+                "time/rollout_s": t_roll,
+                "time/update_s": time.perf_counter() - t1,
+                "actor/lr": self.sched.get_last_lr()[0],
+                "actor/kl_coef": self.kl_ctl.value,
+            }
+        )
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
@@ -168,7 +191,9 @@ class RLTrainer:
     def _count_bad(self, skipped: int) -> None:
         if skipped:
             self.bad_steps += skipped
-            log.warning("step %d: %d update(s) skipped for non-finite loss/grad", self.step, skipped)
+            log.warning(
+                "step %d: %d update(s) skipped for non-finite loss/grad", self.step, skipped
+            )
             if self.bad_steps >= self.cfg.trainer.max_bad_steps:
                 raise TrainingAborted(
                     f"{self.bad_steps} updates had a NaN/inf loss or gradient "
@@ -179,16 +204,25 @@ class RLTrainer:
     # --- checkpoints --------------------------------------------------------------------
     def save(self) -> Path:
         state = {
-            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-            "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "generator": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
             "backend_generator": self.backend._generator.get_state(),
-            "env_steps": self.env_steps, "bad_steps": self.bad_steps,
-            "kl_coef": self.kl_ctl.value, "history": self.history,
+            "env_steps": self.env_steps,
+            "bad_steps": self.bad_steps,
+            "kl_coef": self.kl_ctl.value,
+            "history": self.history,
         }
         if self.critic_opt is not None:
             state["critic_optimizer"] = self.critic_opt.state_dict()
         return save_checkpoint(
-            self.run.path, self.step, self.model, self.tokenizer, state, critic=self.critic,
+            self.run.path,
+            self.step,
+            self.model,
+            self.tokenizer,
+            state,
+            critic=self.critic,
             keep=self.cfg.trainer.keep_checkpoints,
             extra_files={"arborl_agent.json": json.dumps(to_dict(self.cfg.agent), default=str)},
         )
@@ -199,7 +233,9 @@ class RLTrainer:
         weights = load_file(ckpt / "policy" / "model.safetensors")
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise RuntimeError(f"checkpoint {ckpt} does not match the model: {missing} {unexpected}")
+            raise RuntimeError(
+                f"checkpoint {ckpt} does not match the model: {missing} {unexpected}"
+            )
         if self.model.config.tie_word_embeddings:
             self.model.tie_weights()
         st = load_state(ckpt)
@@ -220,8 +256,11 @@ class RLTrainer:
     def fit(self) -> dict:
         c = self.cfg
         logger = MetricsLogger(
-            self.run, total=c.trainer.total_steps, desc="RL",
-            keys=("train/success", "eval/success", "actor/pg_loss"), disable_bar=not c.trainer.progress,
+            self.run,
+            total=c.trainer.total_steps,
+            desc="RL",
+            keys=("train/success", "eval/success", "actor/pg_loss"),
+            disable_bar=not c.trainer.progress,
         )
         try:
             return self._fit(logger)
@@ -243,7 +282,12 @@ class RLTrainer:
                 self.warm_start(logger)
             before = self.evaluate()
             self.history["before"] = before
-            log.info("before RL: success %.3f [%.3f, %.3f]", before["success"], before["success_lo"], before["success_hi"])
+            log.info(
+                "before RL: success %.3f [%.3f, %.3f]",
+                before["success"],
+                before["success_lo"],
+                before["success_hi"],
+            )
             logger.log(0, {f"eval/{k}": v for k, v in before.items()})
             self.history["eval"].append((0, before["success"]))
         while self.step < c.trainer.total_steps:
@@ -265,8 +309,11 @@ class RLTrainer:
         self.history["eval"].append((self.step, after["success"]))
         logger.log(self.step, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
-            "before": self.history.get("before"), "after": after, "steps": self.step,
-            "env_steps": self.env_steps, "wall_s": round(time.perf_counter() - t_start, 1),
+            "before": self.history.get("before"),
+            "after": after,
+            "steps": self.step,
+            "env_steps": self.env_steps,
+            "wall_s": round(time.perf_counter() - t_start, 1),
             "run_dir": str(self.run.path),
         }
         (self.run.path / "summary.json").write_text(json.dumps(summary, indent=2))

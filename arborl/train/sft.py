@@ -133,8 +133,12 @@ def load_demos(cfg) -> list[Trajectory]:
         return read_trajectories(cfg.sft.demos)
     seeds = draw_seeds(cfg.sft.num_demos, cfg.sft.seed)
     res = run_episodes_with_policy(
-        OraclePolicy(), cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
-        split=cfg.env.train_split, env_kwargs=cfg.env.kwargs,
+        OraclePolicy(),
+        cfg.env.id,
+        seeds,
+        replace(cfg.rollout, group_size=1),
+        split=cfg.env.train_split,
+        env_kwargs=cfg.env.kwargs,
     )
     return res.trajectories
 
@@ -147,7 +151,10 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     demos = load_demos(cfg)
     examples = build_sft_examples(demos, tokenizer, cfg.agent)
     log.info(
-        "SFT on %d demos (%d steps) for %d optimizer steps", len(demos), len(examples), cfg.sft.steps
+        "SFT on %d demos (%d steps) for %d optimizer steps",
+        len(demos),
+        len(examples),
+        cfg.sft.steps,
     )
     stats = run_sft(model, tokenizer, examples, cfg.sft, logger=logger if log_steps else None)
     if logger is not None and not log_steps:
