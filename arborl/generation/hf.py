@@ -4,7 +4,9 @@ Why not `model.generate`: rollouts need the exact log-probability of every sampl
 (the same number `arborl.models.token_logprobs` recomputes in training), stop strings that
 end a row as soon as its text contains them, and rows that finish early dropped from the
 batch *and* the cache so the remaining rows run faster. The loop is prefill once, then one
-token per step for the rows still running.
+token per step for the rows still running. Prompts that repeat (a GRPO group) are prefilled
+once and their cache copied to each row; keys, values and the attention mask live in
+buffers sized for the whole generation, so a step writes one column instead of copying all.
 
 Left padding is invisible to the model: position ids count real tokens only (pads sit at
 position 0 and are masked), so a prompt gives the same tokens and logprobs alone or inside
@@ -14,14 +16,14 @@ a padded batch. Randomness is per prompt too: prompt i draws from its own stream
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from arborl.generation.base import Completion, SamplingParams
-from arborl.models.scoring import position_ids_from_mask
+from arborl.models.scoring import cache_kwarg, position_ids_from_mask
 
 
 def check_params(params: SamplingParams) -> None:
@@ -57,7 +59,7 @@ def sample_next(
         return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
     if uniforms is None:
         raise ValueError("sample_next needs uniforms when temperature > 0")
-    scaled = logits / params.temperature  # (B, V)
+    scaled = logits / params.temperature if params.temperature != 1.0 else logits  # (B, V)
     logp = torch.log_softmax(scaled, dim=-1)
     filtered = scaled
     if 0 < params.top_k < scaled.shape[-1]:
@@ -70,7 +72,9 @@ def sample_next(
         drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= params.top_p
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         filtered = filtered.masked_fill(drop, float("-inf"))
-    cdf = torch.softmax(filtered, dim=-1).cumsum(dim=-1)  # (B, V)
+    # Untruncated: the softmax is exp(logp), already at hand.
+    probs = logp.exp() if filtered is scaled else torch.softmax(filtered, dim=-1)
+    cdf = probs.cumsum(dim=-1)  # (B, V)
     # side="right": the first id whose CDF exceeds u, which never lands on a zero-prob id.
     target = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
     chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
@@ -85,6 +89,47 @@ def row_uniforms(base_seed: int, num_rows: int, num_steps: int) -> torch.Tensor:
         seed = (base_seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9) % (2**63)
         out[i] = torch.rand(num_steps, generator=torch.Generator().manual_seed(seed))
     return out
+
+
+class _BufferLayer(DynamicLayer):
+    """A `DynamicLayer` that writes each step's keys and values into a buffer sized for the
+    whole generation, where `DynamicLayer` concatenates (copying the layer's full cache at
+    every token). `keys` / `values` are views of the filled part, so the model sees the
+    same tensors as with `DynamicLayer`."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            b, h, _, _ = key_states.shape  # (B, H, T, D)
+            self._keys = key_states.new_empty((b, h, self.capacity, key_states.shape[-1]))
+            self._values = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+            self.device, self.is_initialized = key_states.device, True
+        end = self.length + key_states.shape[-2]
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys = self._keys[:, :, : self.length]
+            self.values = self._values[:, :, : self.length]
+
+
+def _make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
+    """The model's own `DynamicCache` layout, with its full-attention layers buffered
+    (sliding-window or other special layers stay as transformers builds them)."""
+    cache = DynamicCache(config=model.config)
+    if not cache.layers:  # no per-layer layout known: let the cache grow buffered layers
+        cache.layer_class_to_replicate = lambda: _BufferLayer(capacity)
+    cache.layers = [_BufferLayer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
+    return cache
 
 
 @dataclass
@@ -126,9 +171,15 @@ class HFBackend:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         )
         self.max_length = getattr(model.config, "max_position_embeddings", None) or 10**9
-        # transformers 5.x renamed `past_key_values` to `cache` (old name warns until 5.40).
-        forward_params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
+        # With sdpa and full attention only, a decode step's mask is just the padding mask
+        # (the one query token is the newest key), so the loop passes it ready-made in 4D
+        # and transformers skips building one per step.
+        cfg = model.config
+        types = getattr(cfg, "layer_types", None)
+        full_only = all(t == "full_attention" for t in types) if types else True
+        full_only = full_only and not (types is None and getattr(cfg, "sliding_window", None))
+        self._mask_4d = getattr(cfg, "_attn_implementation", None) == "sdpa" and full_only
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt, in order. Same `params.seed` -> same outputs."""
@@ -162,34 +213,23 @@ class HFBackend:
         self, prompts: list[list[int]], params: SamplingParams, uniforms: torch.Tensor
     ) -> list[Completion]:
         num_rows, width = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((num_rows, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((num_rows, width), dtype=torch.long)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = position_ids_from_mask(mask)  # (B, T)
         rows = [_Row(min(params.max_new_tokens, self.max_length - len(p)), [], []) for p in prompts]
+        max_new = max(row.budget for row in rows)
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
         max_stop = max((len(s) for s in params.stop), default=0)
-
-        cache = DynamicCache()
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-        )
-        next_pos = positions[:, -1] + 1  # (B,)
+        cache, logits, mask, next_pos = self._prefill(prompts, width, width + max_new)
+        # The mask of every token yet to come is 1 (finished rows are dropped or skipped), so
+        # it is allocated once and each step passes a longer view of it.
+        mask = torch.cat([mask, mask.new_ones(num_rows, max_new)], dim=1)  # (B, T + N)
+        if self._mask_4d:
+            mask = mask.bool()[:, None, None, :]  # (B, 1, 1, T + N)
         active = list(range(num_rows))  # original row of each batch row
         step = 0
         while True:
             u = uniforms[active, step]  # (b,)
-            chosen, logp = sample_next(out.logits[:, -1], params, u)  # (b,), (b,)
+            chosen, logp = sample_next(logits, params, u)  # (b,), (b,)
             step += 1
-            is_eos = torch.isin(chosen, eos).tolist()
+            is_eos = torch.isin(chosen, eos).tolist() if len(eos) else [False] * len(active)
             keep: list[int] = []
             for b, (r, t, lp) in enumerate(zip(active, chosen.tolist(), logp.tolist())):
                 row = rows[r]
@@ -211,14 +251,13 @@ class HFBackend:
                 cache.batch_select_indices(sel)
                 mask, next_pos, chosen = mask[sel], next_pos[sel], chosen[sel]
                 active = [active[b] for b in keep]
-            mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)  # (b, T+1)
-            out = self.model(
+            logits = self.model(
                 input_ids=chosen[:, None],
-                attention_mask=mask,
+                attention_mask=mask[..., : width + step],  # (b, [1, 1,] T + step)
                 position_ids=next_pos[:, None],
                 use_cache=True,
                 **{self._cache_kwarg: cache},
-            )
+            ).logits[:, -1]  # (b, V)
             next_pos = next_pos + 1
         return [
             Completion(
@@ -231,6 +270,35 @@ class HFBackend:
             )
             for row in rows
         ]
+
+    def _prefill(self, prompts: list[list[int]], width: int, capacity: int):
+        """Prefill each distinct prompt once, left-padded to `width`, then index the cache,
+        last logits, mask and next positions out to every row: GRPO groups repeat each
+        prompt `group_size` times, and a row's numbers do not depend on its batch."""
+        index: dict[tuple[int, ...], int] = {}
+        inverse = [index.setdefault(tuple(p), len(index)) for p in prompts]
+        ids = torch.full((len(index), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(index), width), dtype=torch.long)
+        for r, p in enumerate(index):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = position_ids_from_mask(mask)  # (U, T)
+        cache = _make_cache(self.model, capacity)
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        ).logits[:, -1]  # (U, V)
+        next_pos = positions[:, -1] + 1  # (U,)
+        if len(index) < len(prompts):
+            rows = torch.tensor(inverse, dtype=torch.long, device=self.device)  # (B,)
+            cache.batch_select_indices(rows)
+            logits, mask, next_pos = logits[rows], mask[rows], next_pos[rows]
+        return cache, logits, mask, next_pos
 
     def _hit_stop(self, token_ids: list[int], stop: list[str], max_stop: int) -> bool:
         # Each token decodes to >= 1 char (bar partial UTF-8 bytes), so the last

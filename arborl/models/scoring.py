@@ -9,9 +9,11 @@ the two agree to float precision when the weights are equal.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 import torch
+from transformers import DynamicCache
 
 from arborl.models.loading import resolve_dtype
 
@@ -19,6 +21,95 @@ from arborl.models.loading import resolve_dtype
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, T) mask -> (B, T) positions counting only real tokens (pads get position 0)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """Name of the KV-cache argument of `model.forward`.
+
+    transformers 5.x renamed `past_key_values` to `cache` (the old name warns until 5.40);
+    peft wrappers take `**kwargs`, so their base model's signature decides.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and mask -> (U,) first row of each distinct (ids, mask) row and (B,) the
+    index of each row's copy among those U, so that `ids[first][inverse]` equals `ids`."""
+    key = torch.cat([ids, mask.to(ids.dtype)], dim=1)  # (B, 2T)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    num_rows = len(key)
+    first = torch.full((int(inverse.max()) + 1,), num_rows, dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(num_rows), reduce="amin")
+    return first, inverse
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Activation checkpointing on? (transformers turns the KV cache off under it.)"""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old name
+        if hasattr(type(base), name):  # looked up on the class: the old name warns when read
+            return bool(getattr(base, name))
+    return False
+
+
+def response_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_len: int,
+    response_len: int,
+    share_prompts: bool = True,
+) -> torch.Tensor:
+    """(B, A, V) logits whose position j predicts `input_ids[:, P + j]`, differentiable.
+
+    input_ids, attention_mask: (B, P + A), prompts left-padded in columns [0, P), responses
+    from column P. Only what those logits need is computed: the last token is not fed (it
+    predicts nothing) and the LM head runs on the A positions only (`logits_to_keep`).
+    When at least a quarter of the rows repeat another row's prompt (GRPO groups), each
+    distinct prompt is encoded once, its KV cache is indexed out to the rows that share it
+    (indexing is differentiable, so gradients from all rows sum into the prompt) and the
+    responses run on top of it: the same numbers as one pass over every row, to float
+    rounding, for fewer prompt tokens.
+    """
+    p, a = prompt_len, response_len
+    if a == 0:
+        return model(
+            input_ids=input_ids[:, :p],
+            attention_mask=attention_mask[:, :p],
+            position_ids=position_ids_from_mask(attention_mask[:, :p]),
+            use_cache=False,
+            logits_to_keep=1,
+        ).logits[:, :0]
+    ids, mask = input_ids[:, : p + a - 1], attention_mask[:, : p + a - 1]  # (B, P+A-1)
+    positions = position_ids_from_mask(mask)
+    if share_prompts and a > 1 and not _checkpointing(model):
+        first, inverse = distinct_rows(ids[:, :p], mask[:, :p])
+        if 4 * (len(ids) - len(first)) >= len(ids):
+            kwarg = cache_kwarg(model)
+            cache = DynamicCache(config=model.config)
+            head = model(
+                input_ids=ids[first, :p],
+                attention_mask=mask[first, :p],
+                position_ids=positions[first, :p],
+                use_cache=True,
+                logits_to_keep=1,
+                **{kwarg: cache},
+            ).logits  # (U, 1, V)
+            if cache.get_seq_length() == p:  # else the model did not fill the cache
+                cache.batch_select_indices(inverse)  # (U, H, P, D) -> (B, H, P, D) per layer
+                tail = model(
+                    input_ids=ids[:, p:],
+                    attention_mask=mask,
+                    position_ids=positions[:, p:],
+                    use_cache=True,
+                    **{kwarg: cache},
+                ).logits  # (B, A-1, V)
+                return torch.cat([head[inverse], tail], dim=1)
+    return model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+        logits_to_keep=a,
+    ).logits  # fmt: skip
 
 
 def token_logprobs(

@@ -3,6 +3,8 @@ gradient accumulation and clipping, NaN guards.
 
 Rows are (prompt, response) pairs with the layout of `arborl.rollout.batching`: the
 response of every row starts at column P, so `token_logprobs(...)[:, P-1:]` scores it.
+`response_logp` gets those numbers from `arborl.models.scoring.response_logits`, which runs
+the LM head on response positions only and encodes a prompt shared by several rows once.
 Each micro-batch is cut to its own longest prompt and response, so short rows do not pay
 for the batch's longest one.
 """
@@ -16,7 +18,7 @@ import torch
 
 from arborl import algos
 from arborl.data import Batch
-from arborl.models.scoring import position_ids_from_mask
+from arborl.models.scoring import response_logits
 
 
 @dataclass
@@ -63,10 +65,8 @@ def _trim(mb: Batch, prompt_len: int) -> tuple[torch.Tensor, torch.Tensor, int, 
 def response_logp(model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool):
     """(B, A') logprobs of the response tokens (and entropies) of micro-batch `mb`."""
     ids, attn, p, a = _trim(mb, prompt_len)
-    logits = model(
-        input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn), use_cache=False
-    ).logits[:, p - 1 : p - 1 + a].float()  # (B, A', V)
-    if temperature > 0:
+    logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
+    if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = ids[:, p : p + a]  # (B, A')
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
@@ -88,7 +88,9 @@ def ppo_update(model, optimizer, batch: Batch, algo, temperature: float, generat
             num_tokens = float(mb_rows.tensors["response_mask"].sum())
             ok, mstats = True, {}
             for mb in micro_batches(mb_rows, algo.micro_batch_tokens):
-                loss, mstats = _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens)
+                loss, mstats = _micro_loss(
+                    model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens
+                )
                 if not torch.isfinite(loss):
                     ok = False
                     break
@@ -116,10 +118,13 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     old = mb.tensors["old_logp"][:, :a]
     adv = mb.tensors["adv"] * mb.tensors["weight"]  # (B,) episode weighting scales rows
     # Denominators of the whole minibatch, so that summing micro-batch losses is exact.
-    common = dict(max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens)
-    loss, pstats = algos.ppo_policy_loss(
-        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg, **common
+    common = dict(
+        max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens
     )
+    loss, pstats = algos.ppo_policy_loss(
+        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg,
+        **common,
+    )  # fmt: skip
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())
     if kl_coef > 0 and not algo.kl_in_reward:
@@ -166,9 +171,10 @@ def critic_update(critic, optimizer, batch: Batch, algo, generator) -> dict[str,
             for mb in micro_batches(mb_rows, algo.micro_batch_tokens):
                 values = critic_values(critic, mb, algo.micro_batch_tokens)
                 loss, vstats = algos.value_loss(
-                    values[:, None], mb.tensors["old_values"][:, None], mb.tensors["returns"][:, None],
-                    torch.ones(len(mb), 1), clip=algo.value_clip, agg="token-mean",
-                )
+                    values[:, None], mb.tensors["old_values"][:, None],
+                    mb.tensors["returns"][:, None], torch.ones(len(mb), 1),
+                    clip=algo.value_clip, agg="token-mean",
+                )  # fmt: skip
                 (algo.vf_coef * loss * len(mb) / len(mb_rows)).backward()
             gn = torch.nn.utils.clip_grad_norm_(critic.parameters(), algo.grad_clip or float("inf"))
             if math.isfinite(float(gn)):

@@ -160,3 +160,37 @@ def test_qwen2_preset_logprobs_match_scoring():
     ids = torch.tensor([prompts[0] + outs[0].token_ids])
     scores = token_logprobs(model, ids, temperature=0.8)[0, len(prompts[0]) - 1 :]
     torch.testing.assert_close(scores, torch.tensor(outs[0].logprobs), atol=1e-4, rtol=0)
+
+
+def test_shared_prompts_prefilled_once_match_unshared(policy, monkeypatch):
+    """GRPO groups repeat prompts: each distinct prompt is prefilled once and its cache
+    copied to its rows; tokens and logprobs are those of prefilling every row."""
+    model, tok = policy
+    backend = HFBackend(model, tok)  # one batch for all 9 rows
+    prompts = [p for p in _prompts(tok) for _ in range(3)]
+    prefill_rows = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefill_rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    greedy = SamplingParams(max_new_tokens=12, temperature=0)
+    monkeypatch.setattr(model, "forward", spy)
+    shared = backend.generate(prompts, greedy)
+    monkeypatch.undo()
+    assert prefill_rows == [3]  # 9 rows, 3 distinct prompts
+    for prompt, out in zip(prompts, shared):
+        alone = backend.generate([prompt], greedy)[0]  # one row: nothing shared
+        assert out.token_ids == alone.token_ids
+        torch.testing.assert_close(
+            torch.tensor(out.logprobs), torch.tensor(alone.logprobs), atol=1e-4, rtol=0
+        )
+    # Sampled rows of one group differ (own random streams) and score as training does.
+    sampled = backend.generate(prompts, SamplingParams(max_new_tokens=10, temperature=1.0, seed=3))
+    assert len({tuple(c.token_ids) for c in sampled[:3]}) > 1
+    for prompt, out in zip(prompts, sampled):
+        ids = torch.tensor([prompt + out.token_ids])
+        scores = token_logprobs(model, ids, temperature=1.0)[0, len(prompt) - 1 :]
+        torch.testing.assert_close(scores, torch.tensor(out.logprobs), atol=1e-4, rtol=0)
