@@ -23,6 +23,10 @@ INFO_KEYS: dict[str, str] = {
     ),
     "available_actions": "list[str]: the legal actions now, where the action set is finite.",
     "task_id": "str: stable id of the task, the same whatever the seed that drew it.",
+    "potential": (
+        "float (optional): a potential phi(s) of the true state for potential-based reward "
+        "shaping (e.g. minus the distance to the goal); the agent never sees it."
+    ),
 }
 """The documented keys of every `info` dict, with their meaning."""
 
@@ -106,6 +110,10 @@ class TextEnv:
     def _available_actions(self) -> list[str] | None:
         return None
 
+    def _potential(self) -> float | None:
+        """phi(s) for potential-based shaping (`info['potential']`); None: not provided."""
+        return None
+
     def _instruction(self, task: dict) -> str:
         return self.description
 
@@ -120,6 +128,9 @@ class TextEnv:
         acts = self._available_actions()
         if acts is not None:
             info["available_actions"] = list(acts)
+        phi = self._potential()
+        if phi is not None:
+            info["potential"] = float(phi)
         return info
 
     def reset(self, seed: int | None = None, options: dict | None = None):

@@ -160,15 +160,22 @@ class MazeEnv(TextEnv):
     def _available_actions(self) -> list[str]:
         return list(DIRECTIONS)
 
-    # --- oracle -------------------------------------------------------------------------
-    def oracle_action(self) -> str:
-        """A first move of a BFS shortest path to G (`up` once at G or if G is unreachable)."""
+    def _goal_distances(self) -> dict:
         tid = self._task_id(self.task)
         if tid not in self._dist_cache:
             grid = self.task["grid"]
             free = {(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "."}
             self._dist_cache[tid] = bfs_distances(free, tuple(self.task["goal"]))
-        dist = self._dist_cache[tid]
+        return self._dist_cache[tid]
+
+    def _potential(self) -> float:
+        """Minus the BFS distance from A to G (0 at the goal), for reward shaping."""
+        return -float(self._goal_distances().get(tuple(self.pos), 0))
+
+    # --- oracle -------------------------------------------------------------------------
+    def oracle_action(self) -> str:
+        """A first move of a BFS shortest path to G (`up` once at G or if G is unreachable)."""
+        dist = self._goal_distances()
         here = dist.get(self.pos)
         for move, (dr, dc) in DIRECTIONS.items():
             if here is not None and dist.get((self.pos[0] + dr, self.pos[1] + dc)) == here - 1:

@@ -12,6 +12,7 @@ Built-ins (`REWARD_SOURCES`):
 - "format": -(1 - format_ok): -1 where the response did not parse.
 - "invalid_action": -(1 - valid_action): -1 where the env rejected the action.
 - "step": -1 on every row, a per-step cost that favours short solutions.
+- "potential": potential-based shaping phi(s') - phi(s) from the env's `info['potential']`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ FIELDS: dict[str, str] = {
     "format_ok": "bool: the model's response parsed (e.g. had <action>...</action>).",
     "is_last": "bool: the row is the last step of its episode.",
     "won": "bool: the env reported success at this step.",
+    "potential": "float: the env's potential phi(s) before the step (NaN if it gives none).",
+    "next_potential": "float: phi(s') after the step (NaN if the env gives none).",
+    "terminated": "bool: the step ended the episode in a terminal state.",
 }
 """Field names the built-in sources read, with their meaning."""
 
@@ -87,12 +91,24 @@ def step_penalty(fields: Mapping[str, np.ndarray]) -> np.ndarray:
     return -np.ones(num_rows(fields), dtype=np.float64)
 
 
+def potential_reward(fields: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Potential-based shaping from the env's own `info['potential']` (undiscounted):
+    phi(s') * (1 - terminated) - phi(s). It telescopes over an episode, so it changes no
+    optimal policy (Ng et al., 1999); rows whose env gives no potential get 0."""
+    phi = get_field(fields, "potential", "potential")
+    phi_next = get_field(fields, "next_potential", "potential")
+    term = get_field(fields, "terminated", "potential")
+    shaped = phi_next * (1.0 - term) - phi
+    return np.where(np.isnan(shaped), 0.0, shaped)
+
+
 REWARD_SOURCES: dict[str, RewardFn] = {
     "env": env_reward,
     "outcome": outcome_reward,
     "format": format_penalty,
     "invalid_action": invalid_action_penalty,
     "step": step_penalty,
+    "potential": potential_reward,
 }
 """Reward sources by name. Add more with `register_reward_source`."""
 

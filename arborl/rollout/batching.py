@@ -9,7 +9,8 @@ step view (one row per turn, R rows), the layout verl-style trainers expect:
   episode_return  (R,)     float  undiscounted return of the whole episode
   won             (R,)     bool   the episode ended in success
   meta: traj_id, step, group_id, task_id, anchor, valid_action, format_ok, done, truncated,
-        finish_reason, prompt_truncated, response_text, action
+        terminated, potential, next_potential (the env's shaping potential before/after the
+        step, NaN when it gives none), finish_reason, prompt_truncated, response_text, action
   info: view, prompt_length (P), response_length (A), pad_token_id
   So `input_ids[:, P:]` is the response and `token_logprobs(...)[:, P-1:]` scores it.
 
@@ -82,6 +83,9 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
         "format_ok": lambda ep, i, t: t.format_ok,
         "done": lambda ep, i, t: i == len(ep.turns) - 1,
         "truncated": lambda ep, i, t: t.truncated,
+        "terminated": lambda ep, i, t: t.terminated,
+        "potential": lambda ep, i, t: _nan_if_none(t.potential),
+        "next_potential": lambda ep, i, t: _nan_if_none(t.info.get("potential")),
         "finish_reason": lambda ep, i, t: t.finish_reason,
         "prompt_truncated": lambda ep, i, t: t.prompt_truncated,
         "response_text": lambda ep, i, t: t.response_text,
@@ -91,6 +95,10 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
     info = {"view": "step", "prompt_length": p_len, "response_length": a_len}
     info["pad_token_id"] = pad_token_id
     return Batch.from_dict(tensors, _object_meta(meta, ("anchor",)), info)
+
+
+def _nan_if_none(x) -> float:
+    return float("nan") if x is None else float(x)
 
 
 def _object_meta(meta: dict, keys: tuple[str, ...]) -> dict:

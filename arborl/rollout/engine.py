@@ -99,6 +99,7 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
         response_text=d.response_text,
         format_ok=d.format_ok,
         anchor=ep.info.get("anchor"),
+        potential=ep.info.get("potential"),
         reward=result.reward,
         terminated=result.terminated,
         truncated=result.truncated,

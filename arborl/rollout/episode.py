@@ -39,6 +39,8 @@ class TurnRecord:
     """The episode was cut on this turn (any reason in `TRUNCATION_REASONS`)."""
     info: dict[str, Any] = field(default_factory=dict)
     """The env's info after the step."""
+    potential: float | None = None
+    """`info['potential']` before the step (the env's shaping potential), if it gives one."""
     prompt_ids: list[int] | None = None
     """Tokens the model saw (after any left-truncation); None for non-LM policies."""
     response_ids: list[int] | None = None

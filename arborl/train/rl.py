@@ -131,6 +131,9 @@ class RLTrainer:
             "format_ok": batch.meta["format_ok"].astype(float),
             "is_last": batch.meta["done"].astype(float),
             "won": batch.tensors["won"].numpy() & batch.meta["done"].astype(bool),
+            "potential": batch.meta["potential"].astype(float),
+            "next_potential": batch.meta["next_potential"].astype(float),
+            "terminated": batch.meta["terminated"].astype(float),
         }
         total, comps = combine_rewards(fields, c.reward.sources)
         rewards = torch.as_tensor(total, dtype=torch.float32)

@@ -99,3 +99,18 @@ def test_oracle_wins_every_test_task():
             *_, info = env.step(env.oracle_action())
         wins += info["won"]
     assert wins == 100
+
+
+def test_potential_is_minus_the_bfs_distance_and_rises_along_the_oracle_path():
+    from arborl.envs import make
+
+    env = make("arborl/Maze-v0")
+    _, info = env.reset(seed=3)
+    phis = [info["potential"]]
+    done = False
+    while not done:
+        _, _, done, trunc, info = env.step(env.oracle_action())
+        phis.append(info["potential"])
+        done = done or trunc
+    # Each oracle move is one BFS step closer: phi goes -d, -d+1, ..., 0.
+    assert phis == [float(-k) for k in range(len(phis) - 1, -1, -1)]

@@ -78,3 +78,17 @@ def test_register_a_user_source():
     finally:
         REWARD_SOURCES.pop("length_bonus", None)
         REWARD_SOURCES.pop("bad_shape", None)
+
+
+def test_potential_source_shapes_by_env_potential():
+    # phi = -distance: 3 -> 2 (closer), 2 -> 2 (bump), 1 -> goal (terminal, phi' = 0).
+    # shaped = phi' * (1 - term) - phi: (-2) - (-3) = 1; (-2) - (-2) = 0; 0 - (-1) = 1.
+    # A row whose env gives no potential (NaN) gets 0.
+    fields = {
+        "potential": np.array([-3.0, -2.0, -1.0, np.nan]),
+        "next_potential": np.array([-2.0, -2.0, 0.0, np.nan]),
+        "terminated": np.array([0.0, 0.0, 1.0, 0.0]),
+    }
+    total, parts = combine_rewards(fields, {"potential": 0.5})
+    np.testing.assert_allclose(total, [0.5, 0.0, 0.5, 0.0])
+    np.testing.assert_allclose(parts["potential"], total)
