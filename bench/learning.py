@@ -1,0 +1,315 @@
+"""Learning benchmark: PPO, GRPO and GiGPO from the same SFT start at the same env-step budget.
+
+For every (env, seed) one SFT warm start is trained (`arborl sft`, oracle demos of the train
+split), and each algorithm then runs `arborl train` from that policy (`sft.enabled=false`;
+PPO builds its critic from the same directory) until `trainer.max_env_steps` environment
+steps were collected. All runs of an env are evaluated on the same held-out tasks
+(`eval.seed` fixed), so "after SFT" is identical for the three algorithms of a seed and
+every gain is a paired comparison on the same tasks. Seeds vary `sft.seed`, `model.seed`
+and `trainer.seed` together (demo tasks, batch order, critic init, rollout tasks and
+sampling).
+
+The budget is checked before each RL step, so a run stops at the first step that reaches
+it: the env steps actually used exceed the budget by less than one rollout batch and are
+reported per run. Finished runs are reused when the work dir already holds them with the
+same settings (`--fresh` retrains), so an interrupted benchmark resumes where it stopped.
+
+    python bench/learning.py                          # the full table (~55 min on 2 shared cores)
+    python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
+    python bench/learning.py --quick                  # toy size, what tests/bench runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from common import RESULTS_DIR, format_table, machine_info, write_json
+
+from arborl.cli.main import main as arborl_main
+from arborl.train.config import load_train_config
+from arborl.train.rl import RLTrainer
+
+ALGOS = ("ppo", "grpo", "gigpo")
+ENVS = ("maze", "sokoban")
+# Per-env defaults, chosen by measurement (docs/BENCHMARKS.md). Sokoban needs more demos and
+# SFT steps than Maze (300 demos / 500 steps give tiny-1m ~0.34 held-out success, so RL has
+# mixed groups to learn from). The env-step budget fits 18 RL runs into ~50 min on 2 shared
+# cores, which is only 1-2 RL steps per run: raise it on a free machine.
+DEFAULTS: dict[str, dict[str, int]] = {
+    "sft_demos": {"maze": 100, "sokoban": 300},
+    "sft_steps": {"maze": 200, "sokoban": 500},
+    "env_steps": {"maze": 3000, "sokoban": 3000},
+}
+QUICK_SETS = [
+    "model.name_or_path=tiny-0.1m",
+    "rollout.num_tasks=2",
+    "rollout.group_size=2",
+    "rollout.max_turns=4",
+]
+
+
+def per_env(values: list[str] | None, name: str, envs: list[str]) -> dict[str, int]:
+    """Parse `N` (every env) or `env=N` entries on top of the defaults of `name`."""
+    out = {env: DEFAULTS[name].get(env, DEFAULTS[name]["maze"]) for env in envs}
+    for v in values or []:
+        env, _, num = v.rpartition("=")
+        if not num.isdigit() or (env and env not in envs):
+            raise SystemExit(
+                f"--{name.replace('_', '-')} {v!r}: expected N or ENV=N with ENV in {envs}"
+            )
+        for e in [env] if env else envs:
+            out[e] = int(num)
+    return out
+
+
+def common_overrides(env: str, seed: int, args: argparse.Namespace) -> list[str]:
+    """Settings every SFT and RL run of (env, seed) shares: same eval tasks, one thread."""
+    sets = [
+        f"env={env}",
+        "trainer.num_threads=1",
+        "trainer.progress=false",
+        f"eval.num_episodes={args.eval_episodes}",
+        f"eval.seed={args.eval_seed}",
+        "eval.every=0",
+        f"model.seed={seed}",
+        f"sft.seed={seed}",
+        f"trainer.seed={seed}",
+    ]
+    return sets + (QUICK_SETS if args.quick else []) + list(args.set)
+
+
+def cached(run_dir: Path, overrides: list[str], fresh: bool) -> dict | None:
+    """The summary of a finished run with exactly these overrides, else None (and a clean dir)."""
+    marker = run_dir / "bench_overrides.json"
+    summary = run_dir / "summary.json"
+    if not fresh and marker.exists() and summary.exists():
+        if json.loads(marker.read_text()) == overrides:
+            return json.loads(summary.read_text())
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a stale or half-finished run of this benchmark's own naming
+    return None
+
+
+def run_sft(env: str, seed: int, args, demos: int, steps: int) -> dict[str, Any]:
+    """One SFT warm start through `arborl sft`; returns its held-out success and policy dir."""
+    run_dir = Path(args.work_dir) / f"{env}-sft-s{seed}"
+    overrides = common_overrides(env, seed, args) + [f"sft.num_demos={demos}", f"sft.steps={steps}"]
+    t0 = time.perf_counter()
+    summary = cached(run_dir, overrides, args.fresh)
+    reused = summary is not None
+    if summary is None:
+        code = arborl_main(["sft", *overrides, "--out", str(run_dir)])
+        if code != 0:
+            raise SystemExit(f"arborl sft failed (exit {code}) for {env} seed {seed}: {overrides}")
+        summary = json.loads((run_dir / "summary.json").read_text())
+        summary["wall_s"] = round(time.perf_counter() - t0, 1)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        (run_dir / "bench_overrides.json").write_text(json.dumps(overrides))
+    after = summary["after"]
+    return {
+        "env": env, "seed": seed, "demos": demos, "steps": steps,
+        "final_loss": summary["sft"].get("sft/loss"), "success": after["success"],
+        "success_lo": after["success_lo"], "success_hi": after["success_hi"],
+        "wall_s": summary.get("wall_s"), "reused": reused,
+        "policy": str(run_dir / "checkpoints" / "sft" / "policy"),
+    }  # fmt: skip
+
+
+def run_rl(env: str, algo: str, seed: int, args, policy: str, budget: int) -> dict[str, Any]:
+    """One RL run from the SFT policy until `budget` env steps; before/after success."""
+    run_dir = Path(args.work_dir) / f"{env}-{algo}-s{seed}"
+    overrides = common_overrides(env, seed, args) + [
+        f"algo={algo}",
+        f"model.name_or_path={policy}",
+        "sft.enabled=false",
+        f"trainer.max_env_steps={budget}",
+        f"trainer.total_steps={budget}",  # an upper bound: max_env_steps stops the run
+        "trainer.save_every=0",
+        "trainer.keep_checkpoints=1",
+        "trainer.save_trajectories=0",
+        "trainer.plots=false",
+        f"trainer.output_dir={run_dir.parent}",
+        f"trainer.name={run_dir.name}",
+    ]
+    summary = cached(run_dir, overrides, args.fresh)
+    reused = summary is not None
+    if summary is None:
+        summary = RLTrainer(load_train_config(overrides)).fit()
+        (run_dir / "bench_overrides.json").write_text(json.dumps(overrides))
+    before, after = summary["before"], summary["after"]
+    return {
+        "env": env, "algo": algo, "seed": seed,
+        "sft_success": before["success"], "success": after["success"],
+        "success_lo": after["success_lo"], "success_hi": after["success_hi"],
+        "gain": after["success"] - before["success"], "env_steps": summary["env_steps"],
+        "rl_steps": summary["steps"], "wall_s": summary["wall_s"], "reused": reused,
+        "eval_episodes": int(after["episodes"]),
+    }  # fmt: skip
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """Per (env, algo): mean success after SFT and after RL, and the mean gain over seeds."""
+    out = []
+    for env in dict.fromkeys(r["env"] for r in runs):
+        for algo in dict.fromkeys(r["algo"] for r in runs if r["env"] == env):
+            rs = [r for r in runs if r["env"] == env and r["algo"] == algo]
+            gains = [r["gain"] for r in rs]
+            out.append({
+                "env": env, "algo": algo, "seeds": [r["seed"] for r in rs],
+                "mean_sft_success": statistics.mean(r["sft_success"] for r in rs),
+                "mean_success": statistics.mean(r["success"] for r in rs),
+                "mean_gain": statistics.mean(gains),
+                "sd_gain": statistics.stdev(gains) if len(gains) > 1 else float("nan"),
+                "gains": gains, "mean_env_steps": statistics.mean(r["env_steps"] for r in rs),
+            })  # fmt: skip
+    return out
+
+
+def plot(runs: list[dict], sfts: list[dict], path: Path) -> Path:
+    """Bars: mean held-out success per env and algo (plus the SFT start); dots: seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(dict.fromkeys(r["env"] for r in runs))
+    algos = list(dict.fromkeys(r["algo"] for r in runs))
+    labels = ["SFT", *algos]
+    width = 0.8 / len(labels)
+    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(envs), 3.6))
+    for j, label in enumerate(labels):
+        xs, means = [], []
+        for i, env in enumerate(envs):
+            if label == "SFT":
+                vals = [s["success"] for s in sfts if s["env"] == env]
+            else:
+                vals = [r["success"] for r in runs if r["env"] == env and r["algo"] == label]
+            x = i - 0.4 + width * (j + 0.5)
+            xs.append(x)
+            means.append(statistics.mean(vals) if vals else float("nan"))
+            ax.scatter([x] * len(vals), vals, color="black", s=10, zorder=3)
+        ax.bar(xs, means, width * 0.9, label=label, color=f"C{j if j else 7}")
+    ax.set_xticks(range(len(envs)), envs)
+    ax.set_ylabel("held-out success (sampled, T=1)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, ncols=len(labels), loc="upper right")
+    ax.set_title("after SFT and after RL at equal env steps (bars: mean, dots: seeds)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS, help="envs to run")
+    p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS, help="algorithms")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds per env/algo")
+    p.add_argument(
+        "--env-steps", nargs="+", default=None,
+        help="RL budget in env steps: N for every env or ENV=N (default maze=3000 sokoban=3000)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sft-demos", nargs="+", default=None,
+        help="oracle demo episodes for SFT: N or ENV=N (default maze=100 sokoban=300)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sft-steps", nargs="+", default=None,
+        help="SFT optimizer steps: N or ENV=N (default maze=200 sokoban=500)",
+    )  # fmt: skip
+    p.add_argument("--eval-episodes", type=int, default=200, help="held-out tasks per evaluation")
+    p.add_argument("--eval-seed", type=int, default=12345, help="seed of the held-out tasks")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="extra config override for every SFT and RL run (repeatable), e.g. algo.lr=1e-4",
+    )  # fmt: skip
+    p.add_argument(
+        "--work-dir", default=None,
+        help="where run folders go (default runs/bench-learning, git-ignored)",
+    )  # fmt: skip
+    p.add_argument("--out", default=None, help="JSON path (default bench/results/learning.json)")
+    p.add_argument("--fresh", action="store_true", help="retrain runs the work dir already has")
+    p.add_argument(
+        "--quick", action="store_true",
+        help="toy size (tiny-0.1m, 2x2 rollouts, 4-turn episodes, 1 seed): checks the script",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seeds = args.seeds if args.seeds != [0, 1, 2] else [0]
+        args.eval_episodes = min(args.eval_episodes, 8)
+        for name, default in (("env_steps", "16"), ("sft_demos", "4"), ("sft_steps", "4")):
+            if getattr(args, name) is None:
+                setattr(args, name, [default])
+    name = "learning_quick" if args.quick else "learning"
+    repo_runs = Path(__file__).resolve().parents[1] / "runs"
+    args.work_dir = str(
+        Path(args.work_dir or repo_runs / f"bench-{name.replace('_', '-')}").resolve()
+    )
+    args.out = args.out or str(RESULTS_DIR / f"{name}.json")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    transformers.utils.logging.disable_progress_bar()  # one load/save bar per run is noise
+    budgets = per_env(args.env_steps, "env_steps", args.envs)
+    demos = per_env(args.sft_demos, "sft_demos", args.envs)
+    sft_steps = per_env(args.sft_steps, "sft_steps", args.envs)
+    load_before = machine_info(1)["loadavg"]
+    t0 = time.perf_counter()
+    sfts, runs = [], []
+    for env in args.envs:
+        for seed in args.seeds:
+            sft = run_sft(env, seed, args, demos[env], sft_steps[env])
+            sfts.append(sft)
+            for algo in args.algos:
+                runs.append(run_rl(env, algo, seed, args, sft["policy"], budgets[env]))
+                r = runs[-1]
+                print(f"[{env} {algo} s{seed}] {r['sft_success']:.3f} -> {r['success']:.3f} "
+                      f"({r['env_steps']} env steps, {r['wall_s']} s)", flush=True)  # fmt: skip
+    summary = summarize(runs)
+    headers = ["env", "algo", "seed", "after SFT", "after RL", "95% CI", "env steps", "wall s"]
+    rows = [
+        [r["env"], r["algo"], r["seed"], r["sft_success"], r["success"],
+         f"[{r['success_lo']:.3f}, {r['success_hi']:.3f}]", r["env_steps"], round(r["wall_s"])]
+        for r in runs
+    ]  # fmt: skip
+    print("\n" + format_table(headers, rows))
+    rows = [
+        [s["env"], s["algo"], len(s["seeds"]), s["mean_sft_success"], s["mean_success"],
+         f"{s['mean_gain']:+.3f}", " ".join(f"{g:+.3f}" for g in s["gains"])]
+        for s in summary
+    ]  # fmt: skip
+    headers = ["env", "algo", "seeds", "mean after SFT", "mean after RL", "mean gain", "gain/seed"]
+    print("\n" + format_table(headers, rows))
+    out = Path(args.out)
+    png = plot(runs, sfts, out.with_suffix(".png"))
+    machine = machine_info(1)
+    machine["loadavg_before"] = load_before
+    result = {
+        "benchmark": "learning",
+        "quick": args.quick,
+        "setup": {
+            "envs": args.envs, "algos": args.algos, "seeds": args.seeds,
+            "env_steps_budget": budgets, "sft_demos": demos, "sft_steps": sft_steps,
+            "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed,
+            "extra_overrides": args.set, "work_dir": args.work_dir,
+        },
+        "sft": sfts, "runs": runs, "summary": summary,
+        "total_wall_s": round(time.perf_counter() - t0, 1), "machine": machine,
+    }  # fmt: skip
+    print(f"wrote {write_json(result, args.out, 'learning')} and {png}")
+
+
+if __name__ == "__main__":
+    main()
