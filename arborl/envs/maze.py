@@ -75,10 +75,15 @@ class MazeEnv(TextEnv):
         wall_prob: float = 0.3,
         min_path: int = 3,
         max_path: int = 12,
+        short_actions: bool = False,
         split: str = "train",
         max_turns: int | None = None,
     ) -> None:
+        """`short_actions=True` makes the oracle, `available_actions` and the instruction
+        use one-letter moves (u/d/l/r): one token per action for a char-level model. Both
+        spellings are accepted either way."""
         super().__init__(split=split, max_turns=max_turns)
+        self.short_actions = bool(short_actions)
         if size < 2:
             raise ValueError(f"size={size!r} must be >= 2")
         if not 0.0 <= wall_prob < 1.0:
@@ -130,10 +135,11 @@ class MazeEnv(TextEnv):
         return "\n".join("".join(row) for row in rows)
 
     def _instruction(self, task: dict) -> str:
-        return (
-            "Maze: # wall, . free, A you, G goal. "
-            "Reply with one move: up, down, left or right. Reach G."
-        )
+        moves = "u, d, l or r" if self.short_actions else "up, down, left or right"
+        return f"Maze: # wall, . free, A you, G goal. Reply with one move: {moves}. Reach G."
+
+    def _spell(self, move: str) -> str:
+        return move[0] if self.short_actions else move
 
     def _free(self, cell: tuple[int, int]) -> bool:
         r, c = cell
@@ -158,7 +164,7 @@ class MazeEnv(TextEnv):
         return (self._task_id(self.task), self.pos)
 
     def _available_actions(self) -> list[str]:
-        return list(DIRECTIONS)
+        return [self._spell(m) for m in DIRECTIONS]
 
     def _goal_distances(self) -> dict:
         tid = self._task_id(self.task)
@@ -179,5 +185,5 @@ class MazeEnv(TextEnv):
         here = dist.get(self.pos)
         for move, (dr, dc) in DIRECTIONS.items():
             if here is not None and dist.get((self.pos[0] + dr, self.pos[1] + dc)) == here - 1:
-                return move
+                return self._spell(move)
         return "up"

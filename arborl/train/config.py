@@ -42,8 +42,10 @@ class EnvConfig:
 
     id: str = "arborl/Maze-v0"
     """Registered env id (`arborl env list` shows them)."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Constructor arguments (difficulty knobs) passed to `arborl.envs.make`."""
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"short_actions": True})
+    """Constructor arguments (difficulty knobs) passed to `arborl.envs.make`. The default
+    suits the default Maze (one-letter moves: one token per action); `env=NAME` files set
+    their own, and a hand-set `env.id` needs `env.kwargs={}` or the new env's knobs."""
     train_split: Literal["train", "val", "test"] = "train"
     """Split that RL and SFT tasks are drawn from."""
     eval_split: Literal["train", "val", "test"] = "test"
@@ -97,11 +99,12 @@ class AlgoConfig:
     episodes do not outweigh short successful ones (sequence-mean over an episode)."""
     ppo_epochs: int = field(default=1, metadata={"min": 1})
     """Passes over each rollout batch."""
-    minibatch_size: int = field(default=64, metadata={"min": 1})
-    """Rows per optimizer step."""
+    minibatch_size: int = field(default=4096, metadata={"min": 1})
+    """Rows per optimizer step. The default takes a whole rollout batch in one step
+    (on-policy, ratio 1): on the demo, several noisy minibatch steps per batch did worse."""
     micro_batch_tokens: int = field(default=16384, metadata={"min": 64})
     """Token budget of one forward/backward (gradients are accumulated over micro-batches)."""
-    lr: float = field(default=2e-4, metadata={"min": 0.0})
+    lr: float = field(default=1e-4, metadata={"min": 0.0})
     """Actor learning rate."""
     critic_lr: float = field(default=1e-3, metadata={"min": 0.0})
     """Critic learning rate (ppo only)."""
@@ -133,9 +136,9 @@ class SFTConfig:
     """Run SFT before RL (skipped when resuming from an RL checkpoint)."""
     demos: str | None = None
     """A trajectory file (.jsonl/.parquet); None generates oracle demos of the train split."""
-    num_demos: int = field(default=100, metadata={"min": 1})
+    num_demos: int = field(default=50, metadata={"min": 1})
     """Oracle episodes to generate when `demos` is None."""
-    steps: int = field(default=200, metadata={"min": 0})
+    steps: int = field(default=300, metadata={"min": 0})
     """Optimizer steps (stop early: an over-trained policy gives GRPO no mixed groups)."""
     batch_size: int = field(default=64, metadata={"min": 1})
     """(prompt, action) pairs per step."""
@@ -153,11 +156,11 @@ class SFTConfig:
 class EvalConfig:
     """Held-out evaluation before and after RL."""
 
-    num_episodes: int = field(default=400, metadata={"min": 1})
+    num_episodes: int = field(default=500, metadata={"min": 1})
     """Held-out tasks evaluated (one sampled episode each)."""
-    every: int = field(default=10, metadata={"min": 0})
+    every: int = field(default=20, metadata={"min": 0})
     """Evaluate every this many RL steps (0: only before and after)."""
-    every_episodes: int = field(default=100, metadata={"min": 1})
+    every_episodes: int = field(default=200, metadata={"min": 1})
     """Episodes of the periodic (in-training) evaluations."""
     temperature: float = field(default=1.0, metadata={"min": 0.0})
     """Sampling temperature of evaluation (0 = greedy)."""
@@ -173,13 +176,13 @@ class TrainerConfig:
     """Run name: outputs go to `output_dir/name` (default: a timestamp)."""
     output_dir: str = "runs"
     """Parent folder of run directories."""
-    total_steps: int = field(default=40, metadata={"min": 0})
+    total_steps: int = field(default=80, metadata={"min": 0})
     """RL steps (one rollout batch + its update each)."""
     max_env_steps: int | None = field(default=None, metadata={"min": 1})
     """Stop once this many env steps were collected (for equal-budget comparisons)."""
     seed: int = 0
     """Seed of task sampling, generation and minibatch order."""
-    save_every: int = field(default=10, metadata={"min": 0})
+    save_every: int = field(default=20, metadata={"min": 0})
     """Checkpoint every this many RL steps (0: only at the end)."""
     keep_checkpoints: int = field(default=2, metadata={"min": 1})
     """Newest checkpoints kept on disk."""
@@ -187,8 +190,9 @@ class TrainerConfig:
     """"auto" continues the newest checkpoint in the run dir; or a checkpoint path."""
     max_bad_steps: int = field(default=3, metadata={"min": 1})
     """Abort after this many updates with a NaN/inf loss (each is skipped and logged)."""
-    num_threads: int | None = field(default=None, metadata={"min": 1})
-    """torch intra-op threads (None: torch's default)."""
+    num_threads: int | None = field(default=1, metadata={"min": 1})
+    """torch intra-op threads (None: torch's default). 1 suits tiny models: their ops are
+    too small to split, and extra threads spin and stall whenever another process is busy."""
     save_trajectories: int = field(default=32, metadata={"min": 0})
     """Episodes of each rollout written to `trajectories/` (0: none)."""
     plots: bool = True

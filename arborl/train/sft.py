@@ -106,6 +106,10 @@ def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.steps))
     gen = torch.Generator().manual_seed(cfg.seed)
     stats: dict[str, float] = {}
+    # A bar of its own when no logger advances one (the RL trainer logs SFT as one record).
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=cfg.steps, desc="SFT", dynamic_ncols=True, disable=logger is not None)
     for step in range(cfg.steps):
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
         batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
@@ -118,6 +122,10 @@ def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step
         stats["sft/lr"] = sched.get_last_lr()[0]
         if logger is not None:
             logger.log(step_offset + step, stats, advance=1)
+        bar.update(1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{stats['sft/loss']:.3f}")
+    bar.close()
     model.eval()
     return stats
 
