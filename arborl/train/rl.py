@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,7 +168,11 @@ class RLTrainer:
             self._count_bad(up.skipped)
             if self.critic is not None:
                 metrics.update(critic_update(self.critic, self.critic_opt, batch, a, self.gen))
-        self.sched.step()
+        with warnings.catch_warnings():
+            # The schedule counts RL steps; a step whose rows all had zero advantage took
+            # no optimizer step, which torch warns about. That is expected here.
+            warnings.simplefilter("ignore", UserWarning)
+            self.sched.step()
         if "actor/kl" in metrics:
             self.kl_ctl.update(metrics["actor/kl"], len(batch))
         s = res.stats
