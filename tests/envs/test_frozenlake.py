@@ -62,17 +62,6 @@ def test_generated_lakes_have_a_safe_path():
         assert info["won"]
 
 
-def test_oracle_wins_every_test_task():
-    env = make("arborl/FrozenLake-v0", split="test")
-    wins = 0
-    for seed in range(100):
-        env.reset(seed=seed)
-        while not env.done:
-            *_, info = env.step(env.oracle_action())
-        wins += info["won"]
-    assert wins == 100
-
-
 def test_slippery_oracle_prefers_safety():
     # S F F   At (0,1), above the hole: "right", "left" and "down" each have a 1/3 chance
     # F H F   to end in H at (1,1) (down intended, or as a sideways slip); "up" bumps the

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import random
 import time
 from collections import Counter
 
@@ -12,6 +11,8 @@ import pytest
 
 from arborl.envs import make, split_of
 from arborl.envs.sql import MAX_ROWS, SQLEnv, answers_match, generate_rows
+
+from ._fuzz import fuzz_actions
 
 BASE = {"db_seed": 7, "num_employees": 40, "num_orders": 80}
 
@@ -21,12 +22,8 @@ def _task(template: str, **params) -> dict:
 
 
 def _fuzz_actions(num: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    alphabet = "selct*from; '\"()[]sqlanswer\n\t\x00éßж漢字🙂\u200b"
-    out = ["", " ", "sql[]", "answer[]", "sql[" + "x" * 10_000 + "]", "sql[select"]
-    while len(out) < num:
-        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
-    return out
+    specials = ["", " ", "sql[]", "answer[]", "sql[" + "x" * 10_000 + "]", "sql[select"]
+    return fuzz_actions("selct*from; '\"()[]sqlanswer", specials, num, seed)
 
 
 def _table_state(env: SQLEnv) -> list:

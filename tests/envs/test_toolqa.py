@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from arborl.envs import make, split_of
 from arborl.envs._safe_calc import CalcError, evaluate, format_number, parse_number
 from arborl.envs.toolqa import TEMPLATES, ToolQAEnv, solve
+
+from ._fuzz import fuzz_actions
 
 # 137 notebooks at $3.47 = 475.39; 248 pens at $1.29 = 319.92; minus a $25 coupon:
 # 475.39 + 319.92 - 25 = 770.31.
@@ -27,12 +27,8 @@ SHOPPING = {
 
 
 def _fuzz_actions(num: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    alphabet = "0123456789+-*/%().e calcanswer[]\n\t\x00éßж漢字🙂\u200b"
-    out = ["", " ", "answer[]", "calculator[", "1" * 10_000, "calculator[" + "(" * 5000 + "]"]
-    while len(out) < num:
-        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
-    return out
+    specials = ["", " ", "answer[]", "calculator[", "1" * 10_000, "calculator[" + "(" * 5000 + "]"]
+    return fuzz_actions("0123456789+-*/%().e calcanswer[]", specials, num, seed)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from arborl.envs.webshop import (
     search,
 )
 
+from ._fuzz import fuzz_actions
+
 SHIRT = Product(
     id="B0TEST01",
     category="t-shirt",
@@ -39,12 +41,8 @@ GOAL = {
 
 
 def _fuzz_actions(num: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    alphabet = "clik[]searchbuy<> \n\t\x00éßж漢字🙂\u200b"
-    out = ["", " ", "click[]", "search[]", "search[" + "🙂" * 10_000 + "]", "click[buy now"]
-    while len(out) < num:
-        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
-    return out
+    specials = ["", " ", "click[]", "search[]", "search[" + "🙂" * 10_000 + "]", "click[buy now"]
+    return fuzz_actions("clik[]searchbuy<> ", specials, num, seed)
 
 
 def _task_for(pid: str) -> dict:

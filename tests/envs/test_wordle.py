@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from arborl.envs import make, split_of
 from arborl.envs.wordle import FIRST_GUESS, WordleEnv, best_guess, candidates, feedback, words
 
+from ._fuzz import fuzz_actions
+
 
 def _fuzz_actions(num: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    alphabet = "abcxyz ABC[]()guess_-0123456789\n\t\x00éßж漢字🙂\u200b"
-    out = ["", " ", "guess[]", "guess[", "x" * 10_000, "guess[" + "a" * 10_000 + "]"]
-    while len(out) < num:
-        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
-    return out
+    specials = ["", " ", "guess[]", "guess[", "x" * 10_000, "guess[" + "a" * 10_000 + "]"]
+    return fuzz_actions("abcxyz ABC[]()guess_-0123456789", specials, num, seed)
 
 
 @pytest.mark.parametrize(
