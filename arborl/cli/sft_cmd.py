@@ -85,10 +85,9 @@ def _run(args: argparse.Namespace) -> int:
         f"\nrun: {run.path}  ({cfg.sft.steps} SFT steps, final loss {stats.get('sft/loss', float('nan')):.4f})"
     )
     print(f"policy: {policy_dir}")
-    print(
-        f"held-out success after SFT: {after['success']:.3f}  95% CI "
-        f"[{after['success_lo']:.3f}, {after['success_hi']:.3f}]  (n={int(after['episodes'])})"
-    )
+    from arborl.train.evaluate import format_success
+
+    print(format_success("held-out success after SFT", after))
     return 0
 
 

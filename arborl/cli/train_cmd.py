@@ -15,6 +15,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from arborl.train.evaluate import format_success
     from arborl.train.rl import RLTrainer, TrainingAborted
 
     try:
@@ -25,12 +26,8 @@ def _run(args: argparse.Namespace) -> int:
     b, a = summary["before"], summary["after"]
     print(f"\nrun: {summary['run_dir']}  ({summary['steps']} RL steps, {summary['wall_s']} s)")
     if b:
-        print(
-            f"held-out success before RL: {b['success']:.3f}  95% CI [{b['success_lo']:.3f}, {b['success_hi']:.3f}]  (n={int(b['episodes'])})"
-        )
-    print(
-        f"held-out success after RL:  {a['success']:.3f}  95% CI [{a['success_lo']:.3f}, {a['success_hi']:.3f}]  (n={int(a['episodes'])})"
-    )
+        print(format_success("held-out success before RL", b))
+    print(format_success("held-out success after RL ", a))
     return 0
 
 

@@ -39,3 +39,11 @@ def evaluate_policy(
         if k in res.stats:
             out[k] = float(res.stats[k])
     return out
+
+
+def format_success(label: str, result: dict[str, float]) -> str:
+    """One line for the console: `label: 0.504  95% CI [0.460, 0.548]  (n=500)`."""
+    return (
+        f"{label}: {result['success']:.3f}  95% CI [{result['success_lo']:.3f}, "
+        f"{result['success_hi']:.3f}]  (n={int(result['episodes'])})"
+    )

@@ -167,7 +167,9 @@ class RLTrainer:
             metrics.update(up.stats)
             self._count_bad(up.skipped)
             if self.critic is not None:
-                metrics.update(critic_update(self.critic, self.critic_opt, batch, a, self.gen))
+                cup = critic_update(self.critic, self.critic_opt, batch, a, self.gen)
+                metrics.update(cup.stats)
+                self._count_bad(cup.skipped)
         with warnings.catch_warnings():
             # The schedule counts RL steps; a step whose rows all had zero advantage took
             # no optimizer step, which torch warns about. That is expected here.

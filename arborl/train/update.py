@@ -161,13 +161,16 @@ def critic_values(critic, batch: Batch, max_tokens: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-def critic_update(critic, optimizer, batch: Batch, algo, generator) -> dict[str, float]:
-    """Fit the critic's state values to `returns` (value clipping around `old_values`)."""
-    sums, count = {}, 0
+def critic_update(critic, optimizer, batch: Batch, algo, generator) -> UpdateResult:
+    """Fit the critic's state values to `returns` (value clipping around `old_values`).
+    The logged value loss is the row-weighted mean over each whole minibatch; a step with a
+    non-finite gradient is skipped and counted in `skipped`, like the actor's."""
+    sums, count, skipped = {}, 0, 0
     for _ in range(algo.ppo_epochs):
         perm = torch.randperm(len(batch), generator=generator)
         for mb_rows in batch.reorder(perm).split(algo.minibatch_size):
             optimizer.zero_grad(set_to_none=True)
+            mb_loss = 0.0
             for mb in micro_batches(mb_rows, algo.micro_batch_tokens):
                 values = critic_values(critic, mb, algo.micro_batch_tokens)
                 loss, vstats = algos.value_loss(
@@ -175,10 +178,15 @@ def critic_update(critic, optimizer, batch: Batch, algo, generator) -> dict[str,
                     mb.tensors["returns"][:, None], torch.ones(len(mb), 1),
                     clip=algo.value_clip, agg="token-mean",
                 )  # fmt: skip
-                (algo.vf_coef * loss * len(mb) / len(mb_rows)).backward()
+                share = len(mb) / len(mb_rows)
+                (algo.vf_coef * loss * share).backward()
+                mb_loss = mb_loss + float(loss.detach()) * share
             gn = torch.nn.utils.clip_grad_norm_(critic.parameters(), algo.grad_clip or float("inf"))
-            if math.isfinite(float(gn)):
-                optimizer.step()
-            sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + float(loss.detach())
+            if not math.isfinite(float(gn)) or not math.isfinite(mb_loss):
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            optimizer.step()
+            sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + mb_loss
             count += 1
-    return {k: v / max(count, 1) for k, v in sums.items()}
+    return UpdateResult({k: v / max(count, 1) for k, v in sums.items()}, skipped)
