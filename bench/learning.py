@@ -14,7 +14,7 @@ it: the env steps actually used exceed the budget by less than one rollout batch
 reported per run. Finished runs are reused when the work dir already holds them with the
 same settings (`--fresh` retrains), so an interrupted benchmark resumes where it stopped.
 
-    python bench/learning.py                          # the full table (~55 min on 2 shared cores)
+    python bench/learning.py                          # the full table (~80 min on 2 cores)
     python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
     python bench/learning.py --quick                  # toy size, what tests/bench runs
 """
@@ -41,12 +41,13 @@ ALGOS = ("ppo", "grpo", "gigpo")
 ENVS = ("maze", "sokoban")
 # Per-env defaults, chosen by measurement (docs/BENCHMARKS.md). Sokoban needs more demos and
 # SFT steps than Maze (300 demos / 500 steps give tiny-1m ~0.34 held-out success, so RL has
-# mixed groups to learn from). The env-step budget fits 18 RL runs into ~50 min on 2 shared
-# cores, which is only 1-2 RL steps per run: raise it on a free machine.
+# mixed groups to learn from). The env-step budget is ~20 RL steps on Maze and ~10 on Sokoban
+# (longer episodes): 18 RL runs in ~80 min on 2 cores. A first cut at 3,000 env steps (1-2 RL
+# steps) showed no learning at all: raise the budget further on a bigger machine.
 DEFAULTS: dict[str, dict[str, int]] = {
     "sft_demos": {"maze": 100, "sokoban": 300},
     "sft_steps": {"maze": 200, "sokoban": 500},
-    "env_steps": {"maze": 3000, "sokoban": 3000},
+    "env_steps": {"maze": 30000, "sokoban": 20000},
 }
 QUICK_SETS = [
     "model.name_or_path=tiny-0.1m",
@@ -96,6 +97,15 @@ def cached(run_dir: Path, overrides: list[str], fresh: bool) -> dict | None:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a stale or half-finished run of this benchmark's own naming
     return None
+
+
+def shown_path(path: str | Path) -> str:
+    """`path` relative to the repo when inside it, so results name no machine's folders."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(repo))
+    except ValueError:
+        return str(path)
 
 
 def run_sft(env: str, seed: int, args, demos: int, steps: int) -> dict[str, Any]:
@@ -216,7 +226,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds per env/algo")
     p.add_argument(
         "--env-steps", nargs="+", default=None,
-        help="RL budget in env steps: N for every env or ENV=N (default maze=3000 sokoban=3000)",
+        help="RL budget in env steps: N for every env or ENV=N (default maze=30000 sokoban=20000)",
     )  # fmt: skip
     p.add_argument(
         "--sft-demos", nargs="+", default=None,
@@ -303,9 +313,9 @@ def main(argv: list[str] | None = None) -> None:
             "envs": args.envs, "algos": args.algos, "seeds": args.seeds,
             "env_steps_budget": budgets, "sft_demos": demos, "sft_steps": sft_steps,
             "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed,
-            "extra_overrides": args.set, "work_dir": args.work_dir,
+            "extra_overrides": args.set, "work_dir": shown_path(args.work_dir),
         },
-        "sft": sfts, "runs": runs, "summary": summary,
+        "sft": [{**s, "policy": shown_path(s["policy"])} for s in sfts], "runs": runs, "summary": summary,
         "total_wall_s": round(time.perf_counter() - t0, 1), "machine": machine,
     }  # fmt: skip
     print(f"wrote {write_json(result, args.out, 'learning')} and {png}")

@@ -21,6 +21,9 @@ COMMANDS: list[tuple[str, str]] = [
     ("rollout", "arborl.cli.rollout_cmd"),
     ("eval", "arborl.cli.eval_cmd"),
     ("serve", "arborl.cli.serve_cmd"),
+    ("search", "arborl.cli.search_cmd"),
+    ("rm", "arborl.cli.rm_cmd"),
+    ("curate", "arborl.cli.curate_cmd"),
     ("env", "arborl.cli.env_cmd"),
     ("config", "arborl.cli.config_cmd"),
 ]
