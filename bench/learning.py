@@ -41,13 +41,13 @@ ALGOS = ("ppo", "grpo", "gigpo")
 ENVS = ("maze", "sokoban")
 # Per-env defaults, chosen by measurement (docs/BENCHMARKS.md). Sokoban needs more demos and
 # SFT steps than Maze (300 demos / 500 steps give tiny-1m ~0.34 held-out success, so RL has
-# mixed groups to learn from). The env-step budget is ~20 RL steps on Maze and ~10 on Sokoban
-# (longer episodes): 18 RL runs in ~80 min on 2 cores. A first cut at 3,000 env steps (1-2 RL
-# steps) showed no learning at all: raise the budget further on a bigger machine.
+# mixed groups to learn from). The env-step budget is ~20 RL steps on Maze and ~4 on Sokoban
+# (longer episodes; a Sokoban PPO step costs ~2 min on 2 cores). A first cut at 3,000 env
+# steps (1-2 RL steps) showed no learning at all: raise the budgets on a bigger machine.
 DEFAULTS: dict[str, dict[str, int]] = {
     "sft_demos": {"maze": 100, "sokoban": 300},
     "sft_steps": {"maze": 200, "sokoban": 500},
-    "env_steps": {"maze": 30000, "sokoban": 20000},
+    "env_steps": {"maze": 30000, "sokoban": 10000},
 }
 QUICK_SETS = [
     "model.name_or_path=tiny-0.1m",
@@ -226,7 +226,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds per env/algo")
     p.add_argument(
         "--env-steps", nargs="+", default=None,
-        help="RL budget in env steps: N for every env or ENV=N (default maze=30000 sokoban=20000)",
+        help="RL budget in env steps: N for every env or ENV=N (default maze=30000 sokoban=10000)",
     )  # fmt: skip
     p.add_argument(
         "--sft-demos", nargs="+", default=None,
