@@ -1,0 +1,128 @@
+"""`run_curation(cfg)`: read -> filter -> score -> dedup -> mix -> split -> export -> report.
+
+Everything is computed before anything is written; then all outputs go to a staging
+folder inside the output folder and are renamed into place at the end, so a failed run
+leaves the previous outputs as they were and no half-written file anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from arborl.config import to_dict
+from arborl.curate.config import CurateConfig
+from arborl.curate.dedup import exact_dedup, near_dedup
+from arborl.curate.exports import export_split
+from arborl.curate.filters import apply_filters
+from arborl.curate.mixing import mix_domains
+from arborl.curate.read import read_sources
+from arborl.curate.records import Record
+from arborl.curate.report import Report
+from arborl.curate.scoring import make_scorer, score_all
+from arborl.curate.splits import assign_splits, check_leaks, input_leaks
+
+log = logging.getLogger("arborl")
+
+
+def _score(records: list[Record], cfg: CurateConfig, report: Report) -> list[Record]:
+    q = cfg.quality
+    if q.scorer is None:
+        return records
+    scorer = make_scorer(q.scorer, q.kwargs)
+    for r, s in zip(records, score_all(scorer, [r.traj for r in records], q.batch_size)):
+        r.score = s
+    if q.min_score is None:
+        return records
+    kept = []
+    for r in records:
+        if r.score >= q.min_score:
+            kept.append(r)
+        else:
+            report.drop("quality", r, f"score {r.score:.4g} < quality.min_score={q.min_score:g}")
+    return kept
+
+
+def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
+    """All stages up to and including the split; nothing is written."""
+    report = Report()
+    read = read_sources(cfg.sources, strict=cfg.strict)
+    report.files, records = read.files, read.records
+    report.add_malformed(read.malformed)
+    report.stage("read", records)
+    records, dropped = apply_filters(records, cfg.filters)
+    for r, name, reason in dropped:
+        report.drop("filter", r, f"{name}: {reason}")
+    report.stage("filter", records)
+    records = _score(records, cfg, report)
+    report.stage("quality", records)
+    for stage, fn, on in (("dedup_exact", exact_dedup, cfg.dedup.exact),
+                          ("dedup_near", near_dedup, cfg.dedup.near)):  # fmt: skip
+        if on:
+            records, dropped = fn(records, cfg.dedup)
+            for r, reason in dropped:
+                report.drop(stage, r, reason)
+        report.stage(stage, records)
+    records, dropped = mix_domains(records, cfg.mix)
+    for r, reason in dropped:
+        report.drop("mix", r, reason)
+    report.stage("mix", records)
+    pairs = assign_splits(records, cfg.split)
+    report.set_splits(records)
+    report.leak_check = check_leaks(records, cfg.split)
+    report.input_leaks = input_leaks(records, pairs)
+    _warn_empty_splits(report, cfg)
+    return records, report
+
+
+def _warn_empty_splits(report: Report, cfg: CurateConfig) -> None:
+    for domain in report.counts.get("mix", {}):
+        empty = [s for s in cfg.split.ratios if cfg.split.ratios[s] > 0
+                 and not report.splits.get(s, {}).get(domain)]  # fmt: skip
+        if empty:
+            report.warnings.append(
+                f"domain {domain!r} has no rows in split(s) {empty}: too few distinct tasks "
+                "(or near-duplicate task texts joined them; see split.threshold)"
+            )
+    lc = report.leak_check
+    if lc.get("task_id_overlaps") or lc.get("near_dup_overlaps"):
+        report.warnings.append(f"leak check failed: {lc}")
+
+
+def write_outputs(records: list[Record], report: Report, cfg: CurateConfig, out: Path) -> None:
+    """Exports per split, report.json, report.txt and config.yaml, staged then renamed."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    try:
+        for split in cfg.split.ratios:
+            part = [r for r in records if r.split == split]
+            counts = export_split(staging, split, part, cfg.export)
+            lost = counts.pop("lost_fields", None)
+            if lost:
+                report.warnings.append(
+                    f"{split}/trajectories: the {cfg.export.trajectories_format} format cannot "
+                    f"hold {', '.join(lost)}"
+                )
+            report.exports[split] = counts
+        (staging / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
+        (staging / "report.txt").write_text(report.table() + "\n")
+        (staging / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            target = out / path.relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_curation(cfg: CurateConfig, output_dir: str | Path | None = None) -> Report:
+    """Curate and write everything under `output_dir` (default `cfg.output_dir`)."""
+    records, report = curate(cfg)
+    write_outputs(records, report, cfg, Path(output_dir or cfg.output_dir))
+    return report

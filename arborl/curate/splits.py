@@ -1,0 +1,159 @@
+"""Leak-free train/val/test splits, stratified by domain.
+
+Rows are first joined into task groups (union-find): rows with the same (env id, task id)
+and rows whose task text is a near duplicate (MinHash, `split.threshold`) belong to one
+group, and a group never straddles two splits. Groups are then dealt out, largest first
+(ties in a seeded shuffle order), each to the split furthest below its target share for
+the group's main domain. Afterwards `check_leaks` verifies the result independently by
+task id and by near-duplicate text, and `input_leaks` reports the tasks that the inputs'
+own split labels had in more than one split (the OpenManus-RL defect).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from arborl.curate.config import SplitConfig
+from arborl.curate.dedup import near_clusters
+from arborl.curate.records import Record
+
+
+class _UnionFind:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, i: int, j: int) -> None:
+        self.parent[self.find(i)] = self.find(j)
+
+
+def own_instructions(records: list[Record], preamble_min_tasks: int = 5) -> list[str]:
+    """Each row's instruction, or "" where it is a preamble: an instruction that rows of
+    at least `preamble_min_tasks` different tasks share word for word (every Maze task has
+    the same one). Two or three ids under one instruction are more likely a leak."""
+    tasks_of: dict[str, set] = defaultdict(set)
+    for r in records:
+        tasks_of[r.traj.instruction.strip()].add(r.task_key)
+    out = []
+    for r in records:
+        instr = r.traj.instruction.strip()
+        out.append(instr if len(tasks_of[instr]) < preamble_min_tasks else "")
+    return out
+
+
+def task_texts(records: list[Record], mode: str, preamble_min_tasks: int = 5) -> list[str]:
+    """The text that identifies each row's task: its own instruction (no preamble), plus
+    the first observation in `prompt` mode (where the task instance usually lives)."""
+    owns = own_instructions(records, preamble_min_tasks)
+    if mode == "instruction":
+        return owns
+    texts = []
+    for r, own in zip(records, owns):
+        t = r.traj
+        first = t.steps[0].observation if t.steps else t.meta.get("final_observation") or ""
+        texts.append(f"{own}\n{first}".strip())
+    return texts
+
+
+def linked_pairs(records: list[Record], cfg: SplitConfig) -> list[tuple[int, int, str]]:
+    """(i, j, why) for rows that must share a split: same task id, or near-duplicate text."""
+    pairs = []
+    first: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(records):
+        j = first.setdefault(r.task_key, i)
+        if j != i:
+            pairs.append((j, i, f"same task id {r.traj.task_id!r}"))
+    if cfg.text_check != "off":
+        first_with: dict[str, int] = {}  # one task statement, several ids: the same task
+        for i, own in enumerate(own_instructions(records, cfg.preamble_min_tasks)):
+            j = first_with.setdefault(own, i) if own else i
+            if j != i and records[i].task_key != records[j].task_key:
+                pairs.append((j, i, "same instruction"))
+        texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
+        idx = [i for i, t in enumerate(texts) if t]  # empty text links nothing
+        for a, b, sim in near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed):
+            i, j = idx[a], idx[b]
+            if records[i].task_key != records[j].task_key:
+                pairs.append((i, j, f"near-duplicate {cfg.text_check} (Jaccard {sim:.2f})"))
+    unique: dict[tuple[int, int], tuple[int, int, str]] = {}
+    for i, j, why in pairs:  # one link per pair of rows, with its first reason
+        unique.setdefault((min(i, j), max(i, j)), (i, j, why))
+    return list(unique.values())
+
+
+def task_groups(records: list[Record], pairs: list[tuple[int, int, str]]) -> list[list[int]]:
+    uf = _UnionFind(len(records))
+    for i, j, _ in pairs:
+        uf.union(i, j)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(records)):
+        groups[uf.find(i)].append(i)
+    return list(groups.values())
+
+
+def assign_splits(records: list[Record], cfg: SplitConfig) -> list[tuple[int, int, str]]:
+    """Set `record.split` for every record; returns the links that formed the groups."""
+    names = list(cfg.ratios)
+    total_w = sum(cfg.ratios.values())
+    per_domain = Counter(r.domain for r in records)
+    target = {d: {s: cfg.ratios[s] / total_w * n for s in names} for d, n in per_domain.items()}
+    have = {d: dict.fromkeys(names, 0) for d in per_domain}
+    pairs = linked_pairs(records, cfg)
+    groups = task_groups(records, pairs)
+    order = np.random.default_rng(cfg.seed).permutation(len(groups))
+    shuffled = sorted((groups[k] for k in order), key=len, reverse=True)
+    for g in shuffled:
+        domain = Counter(records[i].domain for i in g).most_common(1)[0][0]
+        split = max(names, key=lambda s: target[domain][s] - have[domain][s])
+        for i in g:
+            records[i].split = split
+            have[records[i].domain][split] += 1
+    return pairs
+
+
+def check_leaks(records: list[Record], cfg: SplitConfig) -> dict:
+    """Independent check of split records: tasks (by id) and near-duplicate (or, beyond
+    the preamble, identical) task texts found in more than one split. Both counts are 0
+    for splits `assign_splits` made."""
+    splits_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for r in records:
+        splits_of[r.task_key].add(str(r.split))
+    by_id = sorted(f"{e}/{t}" for (e, t), s in splits_of.items() if len(s) > 1)
+    by_text = []
+    if cfg.text_check != "off":
+        texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
+        for i, j, sim in near_clusters(texts, cfg.threshold, seed=cfg.seed):
+            if texts[i] and records[i].split != records[j].split:
+                by_text.append(f"{records[i].where} ~ {records[j].where} ({sim:.2f})")
+        first_with: dict[str, Record] = {}
+        for r, own in zip(records, own_instructions(records, cfg.preamble_min_tasks)):
+            other = first_with.setdefault(own, r) if own else r
+            if other.split != r.split:
+                by_text.append(f"{other.where} ~ {r.where} (same instruction)")
+    return {"task_id_overlaps": len(by_id), "near_dup_overlaps": len(by_text),
+            "task_id_examples": by_id[:10], "near_dup_examples": by_text[:10]}  # fmt: skip
+
+
+def input_split(r: Record) -> str | None:
+    m = r.traj.meta
+    # An explicit source label first; `split` of an arborl rollout is its env split.
+    return m.get("source_split") or m.get("curated_split") or m.get("split")
+
+
+def input_leaks(records: list[Record], pairs: list[tuple[int, int, str]]) -> list[dict]:
+    """Links between rows whose inputs put them in different splits: leaks in the data as
+    it came, which the new splits repair by keeping each group together."""
+    leaks = []
+    for i, j, why in pairs:
+        a, b = input_split(records[i]), input_split(records[j])
+        if a and b and a != b:
+            leaks.append({"rows": [records[i].where, records[j].where], "input_splits": [a, b],
+                          "why": why, "now_in": records[i].split})  # fmt: skip
+    return leaks
