@@ -4,6 +4,11 @@
     arborl env check arborl/Maze-v0        # or --all
     echo -e "up\\nleft" | arborl env play arborl/Maze-v0 --seed 3 --oracle
     arborl env demos arborl/Maze-v0 --split train --num-episodes 100 --out demos.jsonl
+    arborl env add path/to/package          # an env package with an arborl-env.toml
+    arborl env setup me/Counter-v0          # build its isolated interpreter
+    arborl env check me/Counter-v0 --mode http   # conformance through a pool
+    arborl env serve me/Counter-v0 --replicas 4 --port 8100
+    arborl env dockerfile me/Counter-v0 --out build/counter
 
 The logic lives in `arborl.envs`; this module only parses flags and prints.
 """
@@ -39,7 +44,29 @@ def _cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    _list_packages()
     return 0
+
+
+def _list_packages() -> None:
+    """The env packages registered with `arborl env add`, and whether each is set up."""
+    from arborl.envs.isolate import STAMP, prefix_for, setup_hash
+    from arborl.envs.userdata import arborl_home, broken_packages, registered_packages
+
+    packages, broken = registered_packages(), broken_packages()
+    if not packages and not broken:
+        return
+    print(f"\nenv packages (registry in {arborl_home(create=False)}):")
+    for m in packages:
+        prefix = prefix_for(m)
+        stamp = prefix / STAMP
+        ready = stamp.is_file() and setup_hash(m) in stamp.read_text()
+        status = "set up" if ready else f"not set up: arborl env setup {m.env_ids[0]}"
+        for e in m.envs:
+            desc = e.description or "-"
+            print(f"{e.id}  package={m.name}  isolation={m.isolation}  [{status}]  {desc}")
+    for name, err in broken.items():
+        print(f"{name}  (broken: {err})")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -50,7 +77,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     num_failed = 0
     for env_id in ids:
         try:
-            check_env(env_id, num_seeds=args.num_seeds, seed=args.seed)
+            _check_one(env_id, args)
             print(f"OK    {env_id}")
         except EnvCheckError as e:
             num_failed += 1
@@ -60,6 +87,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"FAIL  {env_id}: {e.__class__.__name__}: {e}")
     print(f"{len(ids) - num_failed}/{len(ids)} envs passed")
     return 1 if num_failed else 0
+
+
+def _check_one(env_id: str, args: argparse.Namespace) -> None:
+    """check_env directly, or through a pool: with --mode, or for a package env (whose
+    dependencies only its own interpreter has) in the package's preferred mode."""
+    from arborl.envs import make_pool
+    from arborl.envs.userdata import package_of
+
+    mode = getattr(args, "mode", None)
+    if mode is None:
+        m = package_of(env_id) if env_id not in registered_ids() else None
+        mode = m.isolation if m is not None else None
+    if mode is None or mode == "inproc" and env_id in registered_ids():
+        check_env(env_id, num_seeds=args.num_seeds, seed=args.seed)
+        return
+    pool = make_pool(env_id, 1, mode=mode)
+    try:
+        check_env(pool[0], num_seeds=args.num_seeds, seed=args.seed)
+    finally:
+        pool.close()
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
@@ -122,10 +169,70 @@ def _cmd_demos(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_add(args: argparse.Namespace) -> int:
+    from arborl.envs.manifest import manifest_summary
+    from arborl.envs.userdata import add_package
+
+    m = add_package(args.path)
+    print(f"registered package {m.name!r} ({m.root}): {', '.join(m.env_ids)} {manifest_summary(m)}")
+    print(f"next: arborl env setup {m.env_ids[0]}")
+    return 0
+
+
+def _cmd_setup(args: argparse.Namespace) -> int:
+    from arborl.envs.isolate import SetupError, setup_env
+    from arborl.envs.userdata import require_package
+
+    try:
+        interp = setup_env(require_package(args.id), force=args.force)
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"python: {interp.python}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from arborl.envs.modes import package_context
+    from arborl.envs.serve import ReplicaSet
+    from arborl.envs.userdata import arborl_home, run_state_file
+
+    ctx = package_context(args.id)
+    if ctx["spec"] is None:
+        spec(args.id)  # a plain registry env: an unknown id fails here, with suggestions
+    state = run_state_file(args.id)
+    servers = ReplicaSet(args.id, args.replicas, port=args.port, host=args.host,
+                         token=args.token, python=ctx["python"], spec=ctx["spec"],
+                         idle_timeout_s=args.idle_timeout_s, state_file=state,
+                         log_dir=arborl_home() / "logs" / state.stem)  # fmt: skip
+    servers.start()
+    if servers.num_reaped:
+        print(f"reaped {servers.num_reaped} orphaned server(s) of an earlier run")
+    if servers.token_generated:
+        print(f"generated token (send 'Authorization: Bearer <token>'): {servers.token}")
+    print(f"serving {args.id} with {args.replicas} replica(s): {' '.join(servers.urls)}")
+    print(f"logs in {servers.log_dir}; Ctrl-C or SIGTERM stops them", flush=True)
+    servers.serve_forever()
+    print("stopped")
+    return 0
+
+
+def _cmd_dockerfile(args: argparse.Namespace) -> int:
+    from arborl.envs.dockerfile import write_docker_context
+    from arborl.envs.userdata import require_package
+
+    m = require_package(args.id)
+    out = args.out or f"docker-{m.name}"
+    path = write_docker_context(m, args.id, out)
+    print(f"wrote {path}; build with: docker build -t {m.name} {out}")
+    print(f"run with: docker run -e ARBORL_TOKEN=<token> -p 8000:8000 {m.name}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "env", help="list, check, play and record demos of environments",
-        description="Inspect the registered text environments.",
+        "env", help="list, check, play, record demos of, package and serve environments",
+        description="Inspect the registered text environments; add, set up and serve env packages.",
     )  # fmt: skip
     sub = parser.add_subparsers(dest="env_command", metavar="ENV_COMMAND")
     parser.set_defaults(func=lambda args: (parser.print_help(), 0)[1])
@@ -139,6 +246,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="check every registered env")
     p.add_argument("--num-seeds", type=int, default=3, help="seeds to check per env (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--mode", choices=["inproc", "subprocess", "ray", "http"], default=None,
+                   help="check through a pool in this isolation mode (default: in-process; "
+                   "a package env: its preferred mode)")  # fmt: skip
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("play", help="play an env from stdin, one action per line",
@@ -157,3 +267,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output file, .jsonl or .parquet")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode; +1 per episode")
     p.set_defaults(func=_cmd_demos)
+    _register_package_commands(sub)
+
+
+def _register_package_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("add", help="register an env package (a folder with arborl-env.toml)",
+                       description="Register an env package in the user registry "
+                       "(ARBORL_HOME, default ~/.local/share/arborl).")  # fmt: skip
+    p.add_argument("path", help="the package folder (or its manifest file)")
+    p.set_defaults(func=_cmd_add)
+
+    p = sub.add_parser("setup", help="build a package's isolated interpreter",
+                       description="Create the env's venv or conda env, install its "
+                       "dependencies, run its setup script (idempotent).")  # fmt: skip
+    p.add_argument("id", help="env id (or package name) of a registered package")
+    p.add_argument("--force", action="store_true", help="rebuild even if already set up")
+    p.set_defaults(func=_cmd_setup)
+
+    p = sub.add_parser("serve", help="run HTTP env servers with health checks and restarts",
+                       description="Start N env servers, restart crashed ones, stop all "
+                       "on Ctrl-C/SIGTERM.")  # fmt: skip
+    p.add_argument("id", help="env id (a package env or any registered env)")
+    p.add_argument("--replicas", type=int, default=1, help="number of servers (default 1)")
+    p.add_argument("--port", type=int, default=0,
+                   help="first port; replicas use PORT..PORT+N-1 (default: free ports)")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; 0.0.0.0 exposes the servers)")  # fmt: skip
+    p.add_argument("--token", default=None,
+                   help="bearer token (default $ARBORL_TOKEN, else generated and printed)")  # fmt: skip
+    p.add_argument("--idle-timeout-s", type=float, default=600.0,
+                   help="close sessions unused this long (default 600)")  # fmt: skip
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("dockerfile", help="write a Docker build context that serves the env",
+                       description="Write Dockerfile + context reproducing the isolated "
+                       "set-up and starting the HTTP server.")  # fmt: skip
+    p.add_argument("id", help="env id of a registered package")
+    p.add_argument("--out", default=None, help="context folder (default ./docker-<package>)")
+    p.set_defaults(func=_cmd_dockerfile)

@@ -5,6 +5,7 @@
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step("up")
     check_env("arborl/Maze-v0")  # raises EnvCheckError listing every failure
+    pool = make_pool("arborl/Maze-v0", 8, mode="subprocess")  # or inproc, ray, http
 
 Built-in envs are registered on import (as strings; their modules load on `make`).
 """
@@ -12,8 +13,10 @@ Built-in envs are registered on import (as strings; their modules load on `make`
 from arborl.envs.base import INFO_KEYS, SPLITS, Env, TextEnv
 from arborl.envs.builtin import register_builtin_envs
 from arborl.envs.check import EnvCheckError, check_env
+from arborl.envs.modes import make_pool
 from arborl.envs.pool import EnvPool, StepResult
 from arborl.envs.registry import EnvSpec, make, register, registered_ids, spec
+from arborl.envs.remote import EnvCallError, EnvErrorBudgetExceeded, RemotePool
 from arborl.envs.splits import split_of, task_id_of
 
 register_builtin_envs()
@@ -21,14 +24,18 @@ register_builtin_envs()
 __all__ = [
     "INFO_KEYS",
     "SPLITS",
+    "RemotePool",
     "Env",
+    "EnvCallError",
     "EnvCheckError",
+    "EnvErrorBudgetExceeded",
     "EnvPool",
     "EnvSpec",
     "StepResult",
     "TextEnv",
     "check_env",
     "make",
+    "make_pool",
     "register",
     "registered_ids",
     "spec",

@@ -88,6 +88,8 @@ def _start_episodes(pool: EnvPool, seeds: Sequence[int], cfg: RolloutConfig, opt
                 max_turns=min(cfg.max_turns or env_limit, env_limit),
             )
         )
+        if info.get("env_error"):  # a remote env that could not even be reset
+            episodes[-1].end("env_error")
     return episodes
 
 
@@ -115,6 +117,8 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
     ep.generated_tokens += len(d.response_ids or [])
     if result.terminated:
         ep.done = True
+    elif result.info.get("env_error"):  # a remote pool's failed call ends only this episode
+        ep.end("env_error")
     elif result.truncated or len(ep.turns) >= ep.max_turns:
         ep.end("max_turns")
     elif cfg.max_episode_tokens is not None and ep.generated_tokens >= cfg.max_episode_tokens:

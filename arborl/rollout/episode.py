@@ -14,9 +14,10 @@ from typing import Any
 from arborl.data.codec import encode_json_value
 from arborl.data.trajectory import Step, Trajectory
 
-TRUNCATION_REASONS = ("", "max_turns", "episode_tokens", "prompt_tokens")
+TRUNCATION_REASONS = ("", "max_turns", "episode_tokens", "prompt_tokens", "env_error")
 """Why an episode was cut: not cut, turn limit (ours or the env's), generated-token budget
-spent, or a growing (`episode`-view) context longer than `max_prompt_tokens`."""
+spent, a growing (`episode`-view) context longer than `max_prompt_tokens`, or a failed call
+to an out-of-process env (`info["env_error"]`)."""
 
 
 @dataclass

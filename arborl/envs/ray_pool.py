@@ -1,0 +1,136 @@
+"""The `ray` mode's transport: Ray actors holding env instances, fractional CPUs each.
+
+Actors are scheduled by Ray wherever the cluster has room (`num_cpus_per_worker` may be
+a fraction, so many light envs share a core). An actor for a plain registry env holds
+its instances in-process; one for a package env runs a stdio worker in the package's
+isolated interpreter and forwards to it, because a Ray worker must run the cluster's own
+Python and Ray, which an isolated interpreter need not have (set the package up on every
+node, or use the `http` mode with containers). A batch is one `ray.get`-bounded call per
+actor; an actor that misses the timeout is killed, one that died is recreated, and their
+instances are rebuilt before their next reset. Calls carry numpy-free JSON values only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from arborl.envs.remote import Reply
+
+
+class EnvActorImpl:
+    """The body of the Ray actor (wrapped with `ray.remote` at pool start)."""
+
+    def __init__(self, env_id: str, python: str | None, spec: dict | None, secret: str) -> None:
+        self.worker = None
+        if python:
+            from arborl.envs.subproc import StdioWorker
+
+            log = Path(tempfile.mkdtemp(prefix="arborl-ray-worker-")) / "worker.log"
+            self.worker = StdioWorker(env_id, python, spec, secret, log)
+        else:
+            from arborl.envs.workers.host import EnvHost
+
+            self.host = EnvHost(env_id, secret.encode(), spec)
+
+    def batch(self, calls: list[list], timeout_s: float) -> list[list]:
+        if self.worker is None:
+            return [self.host.handle(str(k), m, a) for k, m, a in calls]
+        import time
+
+        if not self.worker.send(calls):
+            raise RuntimeError(self.worker.describe_death())
+        line = self.worker.read_line(time.monotonic() + timeout_s)
+        if line is None:
+            raise RuntimeError(f"isolated worker gave no reply within {timeout_s:g}s")
+        import json
+
+        return json.loads(line)["replies"]
+
+
+class RayTransport:
+    """Env instances over `num_workers` actors (default `min(num_envs, 8)`)."""
+
+    def __init__(self, env_id: str, num_envs: int, python: str | None = None,
+                 spec: dict | None = None, num_workers: int | None = None,
+                 num_cpus_per_worker: float = 0.25) -> None:  # fmt: skip
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        if num_cpus_per_worker <= 0:
+            raise ValueError(f"num_cpus_per_worker={num_cpus_per_worker!r} must be > 0")
+        self.env_id, self.python, self.spec = env_id, python, spec
+        self.num_workers = min(num_envs, num_workers or min(num_envs, 8))
+        self.secret = secrets.token_hex(16)
+        self._cls = ray.remote(num_cpus=num_cpus_per_worker, max_restarts=0)(EnvActorImpl)
+        self.actors: list[Any] = [None] * self.num_workers
+        self.num_restarts = 0
+
+    def _actor_of(self, index: int) -> int:
+        return index % self.num_workers
+
+    def where(self, index: int) -> str:
+        return f"ray actor {self._actor_of(index)}"
+
+    def _ensure(self, k: int) -> Any:
+        if self.actors[k] is None:
+            self.actors[k] = self._cls.remote(self.env_id, self.python, self.spec, self.secret)
+        return self.actors[k]
+
+    def _drop(self, k: int) -> None:
+        import ray
+
+        if self.actors[k] is not None:
+            ray.kill(self.actors[k], no_restart=True)
+            self.actors[k] = None
+            self.num_restarts += 1
+
+    def open(self, indices: list[int], kwargs: dict[str, Any]) -> list[Reply]:
+        return self.call([(i, "create", {"kwargs": kwargs}) for i in indices], 120.0)
+
+    def call(self, calls: list[tuple[int, str, dict]], timeout_s: float) -> list[Reply]:
+        import ray
+
+        per_actor: dict[int, list[int]] = {}
+        for n, (i, _, _) in enumerate(calls):
+            per_actor.setdefault(self._actor_of(i), []).append(n)
+        refs = {}
+        for k, ns in per_actor.items():
+            actor = self._ensure(k) if any(calls[n][1] == "create" for n in ns) else self.actors[k]
+            if actor is None:
+                continue
+            batch = [[str(calls[n][0]), calls[n][1], calls[n][2]] for n in ns]
+            refs[k] = actor.batch.remote(batch, timeout_s)
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        ready_set = set(ready)
+        replies: list[Reply | None] = [None] * len(calls)
+        for k, ns in per_actor.items():
+            ref = refs.get(k)
+            if ref is None or ref not in ready_set:
+                why = "actor lost" if ref is None else f"timeout: no reply within {timeout_s:g}s"
+                self._drop(k)
+                for n in ns:
+                    replies[n] = Reply(False, error=why, lost=True)
+                continue
+            try:
+                result = ray.get(ref)
+            except Exception as e:  # the actor died or its method raised
+                self._drop(k)
+                for n in ns:
+                    replies[n] = Reply(False, error=f"crashed: {e!r:.300}", lost=True)
+                continue
+            for n, (status, value) in zip(ns, result):
+                replies[n] = (Reply(True, value) if status == 200 else
+                              Reply(False, error=str(value), lost=str(value).startswith("no_session")))  # fmt: skip
+        return replies  # type: ignore[return-value]
+
+    def close(self) -> None:
+        import ray
+
+        for k in range(self.num_workers):
+            if self.actors[k] is not None:
+                ray.kill(self.actors[k], no_restart=True)
+                self.actors[k] = None

@@ -1,0 +1,212 @@
+"""`EnvHost`: env instances keyed by session id, driven by JSON-shaped calls.
+
+Both worker kinds (the stdio worker and the HTTP server) wrap one `EnvHost`, so the
+semantics of every call are the same whatever the transport: replies are plain JSON
+values (tuples become lists, sets sorted lists, numpy scalars numbers), errors carry an
+HTTP-like status, and snapshots are opaque strings, a pickle signed with HMAC-SHA256
+under a secret the host was given. A signed snapshot is portable between sessions and
+between replicas that share the secret, and `restore` refuses any blob it did not sign,
+so a client can never make the server unpickle data of its choosing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import pickle
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from arborl.envs.registry import make, register
+
+
+class HostError(Exception):
+    """A call the host refuses: `status` is the HTTP status, `kind` a short error name."""
+
+    def __init__(self, status: int, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.kind, self.detail = status, kind, detail
+
+
+def jsonable(x: Any) -> Any:
+    """`x` as plain JSON values (tuples -> lists, sets -> sorted lists, numpy -> Python)."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (set, frozenset)):
+        return sorted((jsonable(v) for v in x), key=repr)
+    if hasattr(x, "tolist"):  # numpy arrays and scalars, without importing numpy
+        return jsonable(x.tolist())
+    return repr(x)
+
+
+@dataclass
+class Session:
+    env: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    was_reset: bool = False
+
+
+class EnvHost:
+    """Sessions of one env id. Thread-safe: a lock per session, one for the table."""
+
+    def __init__(
+        self, env_id: str, secret: bytes, spec: dict | None = None, max_sessions: int = 4096
+    ) -> None:
+        if spec:  # a package env: register it here, in the env's own interpreter
+            register(spec["id"], spec["entry_point"], spec.get("kwargs"), spec.get("max_turns"),
+                     spec.get("description", ""))  # fmt: skip
+        self.env_id, self.secret, self.max_sessions = env_id, secret, max_sessions
+        self.sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self.num_created = 0
+        self.num_idle_closed = 0
+
+    # --- sessions -------------------------------------------------------------------------
+    def create(self, kwargs: dict, session_id: str | None = None) -> dict[str, Any]:
+        if not isinstance(kwargs, dict):
+            raise HostError(400, "bad_request", f"env kwargs must be an object, got {kwargs!r:.80}")
+        with self._lock:
+            if len(self.sessions) >= self.max_sessions:
+                raise HostError(503, "server_full", f"{self.max_sessions} sessions are open; "
+                                "delete some (DELETE /sessions/{id}) or start more replicas")  # fmt: skip
+        try:
+            env = make(self.env_id, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise HostError(
+                400, "bad_kwargs", f"make({self.env_id!r}, **{kwargs!r:.200}): {e}"
+            ) from e
+        sid = session_id or uuid.uuid4().hex
+        with self._lock:
+            old = self.sessions.pop(sid, None)
+            self.sessions[sid] = Session(env)
+            self.num_created += 1
+        if old is not None:
+            old.env.close()
+        return {"session_id": sid, "env_id": self.env_id,
+                "max_turns": int(getattr(env, "max_turns", 0) or 0)}  # fmt: skip
+
+    def delete(self, sid: str) -> dict[str, Any]:
+        with self._lock:
+            session = self.sessions.pop(sid, None)
+        if session is None:
+            raise HostError(
+                404, "no_session", f"no session {sid!r} (closed, idle-expired or never made)"
+            )
+        with session.lock:
+            session.env.close()
+        return {"deleted": sid}
+
+    def sweep_idle(self, idle_timeout_s: float) -> int:
+        """Close sessions unused for `idle_timeout_s`; returns how many."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [s for s, v in self.sessions.items() if now - v.last_used > idle_timeout_s]
+            closed = [self.sessions.pop(s) for s in stale]
+        for session in closed:
+            with session.lock:
+                session.env.close()
+        self.num_idle_closed += len(closed)
+        return len(closed)
+
+    def close_all(self) -> None:
+        with self._lock:
+            sessions, self.sessions = list(self.sessions.values()), {}
+        for session in sessions:
+            session.env.close()
+
+    # --- calls ----------------------------------------------------------------------------
+    def call(self, sid: str, method: str, args: dict) -> dict[str, Any]:
+        fn = getattr(self, f"_do_{method}", None)
+        if fn is None:
+            raise HostError(404, "no_method", f"unknown call {method!r}")
+        with self._lock:
+            session = self.sessions.get(sid)
+        if session is None:
+            raise HostError(
+                404, "no_session", f"no session {sid!r} (closed, idle-expired or never made)"
+            )
+        with session.lock:
+            session.last_used = time.monotonic()
+            if method != "reset" and not session.was_reset:
+                raise HostError(409, "not_reset", f"session {sid!r}: call reset before {method}")
+            try:
+                return fn(session, args)
+            except HostError:
+                raise
+            except Exception as e:  # the env itself failed: a server-side error
+                raise HostError(500, "env_error", f"{method} raised {e!r:.500}") from e
+
+    def handle(self, sid: str, method: str, args: dict) -> list:
+        """`call`/`create`/`delete` as `[status, value]` (the stdio worker's reply form)."""
+        try:
+            if method == "create":
+                return [200, self.create(args.get("kwargs", {}), sid)]
+            if method == "delete":
+                return [200, self.delete(sid)]
+            return [200, self.call(sid, method, args)]
+        except HostError as e:
+            return [e.status, f"{e.kind}: {e.detail}"]
+        except Exception as e:  # never let one bad call kill the worker
+            return [500, f"internal: {e!r:.500}"]
+
+    def _do_reset(self, s: Session, args: dict) -> dict[str, Any]:
+        seed, options = args.get("seed"), args.get("options")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise HostError(
+                400, "bad_request", f"seed must be an integer or null, got {seed!r:.80}"
+            )
+        if options is not None and not isinstance(options, dict):
+            raise HostError(
+                400, "bad_request", f"options must be an object or null, got {options!r:.80}"
+            )
+        obs, info = s.env.reset(seed=seed, options=options)
+        s.was_reset = True
+        return {"observation": obs, "info": jsonable(info), **self._attrs(s.env)}
+
+    def _do_step(self, s: Session, args: dict) -> dict[str, Any]:
+        action = args.get("action")
+        if not isinstance(action, str):
+            raise HostError(400, "bad_request", f"action must be a string, got {action!r:.80}")
+        obs, reward, terminated, truncated, info = s.env.step(action)
+        return {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
+                "truncated": bool(truncated), "info": jsonable(info)}  # fmt: skip
+
+    def _do_snapshot(self, s: Session, args: dict) -> dict[str, Any]:
+        blob = pickle.dumps(s.env.snapshot(), protocol=4)
+        sig = hmac.new(self.secret, blob, hashlib.sha256).hexdigest()
+        return {"snapshot": base64.b64encode(blob).decode() + "." + sig}
+
+    def _do_restore(self, s: Session, args: dict) -> dict[str, Any]:
+        snap = args.get("snapshot")
+        if not isinstance(snap, str) or "." not in snap:
+            raise HostError(400, "bad_request", "snapshot must be the string /snapshot returned")
+        b64, _, sig = snap.rpartition(".")
+        try:
+            blob = base64.b64decode(b64, validate=True)
+        except ValueError as e:
+            raise HostError(400, "bad_request", f"snapshot is not base64: {e}") from e
+        good = hmac.new(self.secret, blob, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(good, sig):
+            raise HostError(400, "bad_snapshot", "snapshot signature does not match this server's")
+        s.env.restore(pickle.loads(blob))
+        return {"restored": True, **self._attrs(s.env)}
+
+    def _do_oracle(self, s: Session, args: dict) -> dict[str, Any]:
+        try:
+            return {"action": s.env.oracle_action()}
+        except (NotImplementedError, AttributeError) as e:
+            raise HostError(501, "no_oracle", f"env {self.env_id!r} has no oracle: {e}") from e
+
+    @staticmethod
+    def _attrs(env: Any) -> dict[str, Any]:
+        return {"instruction": str(getattr(env, "instruction", "")),
+                "task": jsonable(getattr(env, "task", None))}  # fmt: skip

@@ -1,0 +1,48 @@
+"""The `ray` mode: env instances in Ray actors with fractional CPUs, same pool interface."""
+
+from __future__ import annotations
+
+import pytest
+
+from arborl.envs import EnvPool, check_env, make_pool
+
+from ._pkg import *  # noqa: F403
+from ._pkg import COUNTER_ID
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray cluster start costs ~15 s on a busy 2-core box
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_fractional_actors_same_results_and_check_env(ray_cluster):
+    # 8 actors x 0.25 CPU fill exactly the 2 CPUs of the cluster: whole CPUs would not fit.
+    pool = make_pool("arborl/Maze-v0", 8, mode="ray", num_workers=8, num_cpus_per_worker=0.25,
+                     split="test")  # fmt: skip
+    ref = EnvPool("arborl/Maze-v0", 8, split="test")
+    try:
+        assert ray.available_resources().get("CPU", 0.0) == 0.0
+        assert pool.reset([3, 4, 5, 6], group_size=2) == ref.reset([3, 4, 5, 6], group_size=2)
+        actions = ["up", "down", None, "left", "right", "x", "up", None]
+        assert pool.step(actions) == ref.step(actions)
+        assert check_env(pool[5], num_seeds=2) == []
+    finally:
+        pool.close()
+
+
+def test_package_env_through_ray_actor(ray_cluster, counter_interp):
+    # The actor runs in Ray's interpreter and forwards to a worker in the package's venv.
+    pool = make_pool(COUNTER_ID, 2, mode="ray")
+    try:
+        assert check_env(pool[0], num_seeds=2) == []
+        obs, _ = pool.reset([1, 2])
+        res, _ = pool.step(["inc", "__raise__"])
+        assert res[0].obs.startswith("value 1,") and "broke on purpose" in res[1].info["env_error"]
+        assert pool.num_env_errors == 1
+    finally:
+        pool.close()
