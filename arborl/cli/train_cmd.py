@@ -19,7 +19,12 @@ def _run(args: argparse.Namespace) -> int:
     from arborl.train.rl import RLTrainer, TrainingAborted
 
     try:
-        summary = RLTrainer(cfg).fit()
+        trainer = RLTrainer(cfg)
+    except ConfigError as e:  # settings checked by the trainer itself (e.g. backend=ray)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        summary = trainer.fit()
     except TrainingAborted as e:
         print(f"error: training aborted: {e}", file=sys.stderr)
         return 1

@@ -50,6 +50,15 @@ class EnvConfig:
     """Split that RL and SFT tasks are drawn from."""
     eval_split: Literal["train", "val", "test"] = "test"
     """Split of the held-out evaluation tasks."""
+    tasks_file: str | None = None
+    """RL task-prompt parquet (verl-style rows, e.g. `arborl curate`'s `train/rl.parquet`):
+    RL draws its tasks from the `extra_info.seed` of this env's rows instead of random
+    seeds of `train_split`. None: random seeds."""
+    pool_mode: Literal["auto", "inproc", "subprocess", "ray", "http"] = "inproc"
+    """Where the training envs run (`arborl.envs.make_pool`): in this process, in worker
+    processes, in Ray actors or behind local HTTP env servers; "auto" takes an env
+    package's preferred mode (`arborl env add`). Out-of-process envs of a package run in
+    its isolated interpreter (`arborl env setup ID` first)."""
 
 
 @dataclass
@@ -125,7 +134,22 @@ class RewardConfig:
     """How the training reward is built from several sources."""
 
     sources: dict[str, float] = field(default_factory=lambda: {"env": 1.0})
-    """Reward source name -> weight (env, outcome, format, invalid_action, step, ...)."""
+    """Reward source name -> weight (env, outcome, format, invalid_action, step, rm, ...)."""
+    rm_model: str | None = None
+    """Reward model of the `rm` source: a directory written by `arborl rm train`, or the
+    URL of an `arborl rm serve` endpoint (http://127.0.0.1:8600). Needed when `rm` is in
+    `sources`; see docs/reward_models.md."""
+    rm_token: str | None = None
+    """Bearer token for an `rm_model` URL (None: the ARBORL_TOKEN environment variable)."""
+    rm_batch_size: int = field(default=32, metadata={"min": 1})
+    """Episodes per reward-model forward pass (or per server request batch)."""
+
+    def validate(self, prefix: str = "reward") -> None:
+        if "rm" in self.sources and not self.rm_model:
+            raise ConfigError(
+                f"{prefix}.sources has 'rm' but {prefix}.rm_model is not set; give a "
+                "directory from `arborl rm train` or an `arborl rm serve` URL"
+            )
 
 
 @dataclass
@@ -199,6 +223,33 @@ class TrainerConfig:
     """Write PNG learning curves at the end."""
     progress: bool = True
     """Show the progress bar."""
+    backend: Literal["local", "ray"] = "local"
+    """"local": one process. "ray": a driver that holds no weights dispatches Batches to
+    Ray rollout workers and an FSDP2-sharded train group (docs/distributed.md)."""
+    num_train_ranks: int = field(default=1, metadata={"min": 1})
+    """backend=ray: ranks of the train group (one torch.distributed process group that
+    shards actor, critic and reference with FSDP2; gloo on CPU, NCCL on GPU)."""
+    num_rollout_workers: int = field(default=1, metadata={"min": 1})
+    """backend=ray: rollout workers, each with its own generation backend and an equal
+    share of the tasks (colocated placement uses the train ranks, so it must equal
+    num_train_ranks)."""
+    placement: Literal["split", "colocated"] = "split"
+    """backend=ray: "split" puts rollout workers and train ranks in separate actors of one
+    Ray placement group; "colocated" runs rollout inside the train ranks' processes."""
+    one_step_off: bool = False
+    """backend=ray: roll out step k+1 with the weights before update k while update k runs
+    (one step stale, logged as async/staleness); False keeps rollout on-policy."""
+    ray_address: str | None = None
+    """backend=ray: address of a running Ray cluster ("auto" or "HOST:6379", from
+    `ray start --head`); None starts a private local Ray instance."""
+    ray_cpus_per_worker: float = field(default=0.5, metadata={"min": 0.0})
+    """backend=ray: CPUs Ray reserves for each rollout worker and train rank."""
+    ray_gpus_per_rank: float = field(default=0.0, metadata={"min": 0.0})
+    """backend=ray: GPUs per train rank (and split-placement rollout worker); > 0 puts the
+    models on CUDA and the train group on NCCL with bf16 mixed precision."""
+    max_worker_restarts: int = field(default=3, metadata={"min": 0})
+    """backend=ray: a rollout worker that dies is replaced and its share re-run, at most
+    this many times over the run."""
 
 
 @dataclass

@@ -25,10 +25,12 @@ import torch
 from arborl import algos
 from arborl.config import to_dict
 from arborl.data import write_trajectories
-from arborl.envs import EnvPool
+from arborl.data.tasks import read_task_seeds, sample_task_seeds
+from arborl.envs import make_pool
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel, apply_lora, load_policy
-from arborl.rewards import combine_rewards
+from arborl.rewards import combine_rewards, configure_rm_source
+from arborl.rewards.rm_source import rm_fields
 from arborl.rollout import draw_seeds, run_rollout
 from arborl.train.advantages import compute_advantages, episode_lengths
 from arborl.train.checkpoint import load_state, resolve_resume, save_checkpoint
@@ -50,12 +52,61 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return int(np.random.default_rng([seed, step, salt]).integers(0, 2**31 - 1))
 
 
+def batch_rewards(
+    batch, num_trajectories: int, sources: dict[str, float], trajectories=None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(R,) combined reward of each step row and the per-source `reward/*` metrics
+    (summed over the batch, per trajectory). Shared by the local and the Ray trainer."""
+    fields = {
+        "env_reward": batch.tensors["step_reward"].numpy(),
+        "valid_action": batch.meta["valid_action"].astype(float),
+        "format_ok": batch.meta["format_ok"].astype(float),
+        "is_last": batch.meta["done"].astype(float),
+        "won": batch.tensors["won"].numpy() & batch.meta["done"].astype(bool),
+        "potential": batch.meta["potential"].astype(float),
+        "next_potential": batch.meta["next_potential"].astype(float),
+        "terminated": batch.meta["terminated"].astype(float),
+    }
+    if "rm" in sources and trajectories is not None:  # a reward model reads whole episodes
+        fields.update(rm_fields(batch, trajectories))
+    total, comps = combine_rewards(fields, sources)
+    rewards = torch.as_tensor(total, dtype=torch.float32)
+    metrics = {f"reward/{k}": float(v.sum() / max(1, num_trajectories)) for k, v in comps.items()}
+    return rewards, metrics
+
+
+def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor | None):
+    """Write `adv`, `weight` (and `returns`, `old_values` for ppo) into `batch`; return the
+    rows to train on (zero-advantage rows dropped if `algo.drop_zero_adv`) and stats.
+    Shared by the local and the Ray trainer."""
+    adv, returns, metrics = compute_advantages(batch, rewards, algo, values)
+    metrics = dict(metrics)
+    batch["adv"] = adv
+    lengths = episode_lengths(batch)
+    w = 1.0 / lengths if algo.episode_weighting else torch.ones(len(batch))
+    batch["weight"] = w / w.mean()
+    if returns is not None:
+        batch["returns"], batch["old_values"] = returns, values
+    train = batch[adv.abs() > 1e-8] if algo.drop_zero_adv else batch
+    metrics["train/rows_with_signal"] = float(len(train)) / max(1, len(batch))
+    return train, metrics
+
+
 class RLTrainer:
+    def __new__(cls, cfg: TrainConfig):
+        # trainer.backend=ray: the same loop (`_fit`) with the model work on Ray workers.
+        if cls is RLTrainer and cfg.trainer.backend == "ray":
+            from arborl.distributed.controller import RayTrainer
+
+            cls = RayTrainer
+        return super().__new__(cls)
+
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
+        configure_rm_source(cfg.reward)  # loads reward.rm_model when `rm` is a source
         self.model, self.tokenizer = load_policy(
             cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
         )
@@ -88,7 +139,13 @@ class RLTrainer:
         )
         self.gen = torch.Generator().manual_seed(cfg.trainer.seed)
         n_envs = cfg.rollout.num_tasks * cfg.rollout.group_size
-        self.pool = EnvPool(cfg.env.id, n_envs, split=cfg.env.train_split, **cfg.env.kwargs)
+        mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
+        self.pool = make_pool(cfg.env.id, n_envs, mode, split=cfg.env.train_split, **cfg.env.kwargs)
+        self.task_seeds = (  # a task file replaces random seeds (checked here, before work)
+            read_task_seeds(cfg.env.tasks_file, cfg.env.id, cfg.env.train_split)
+            if cfg.env.tasks_file
+            else None
+        )
         self.step = 0
         self.env_steps = 0
         self.bad_steps = 0
@@ -117,30 +174,25 @@ class RLTrainer:
         """One rollout batch and its update; returns the step's metrics."""
         c, a = self.cfg, self.cfg.algo
         t0 = time.perf_counter()
-        seeds = draw_seeds(c.rollout.num_tasks, step_seed(c.trainer.seed, self.step, 1))
+        task_seed = step_seed(c.trainer.seed, self.step, 1)
+        if self.task_seeds is None:
+            seeds = draw_seeds(c.rollout.num_tasks, task_seed)
+        else:
+            seeds = sample_task_seeds(self.task_seeds, c.rollout.num_tasks, task_seed)
         rcfg = replace(c.rollout, seed=step_seed(c.trainer.seed, self.step, 2))
         self.model.eval()
-        res = run_rollout(
+        rollout_fn = run_rollout
+        if c.rollout.mode == "tree":  # search trees as rollouts: arborl.search.training
+            from arborl.search.training import tree_rollout as rollout_fn
+        res = rollout_fn(
             self.backend, self.tokenizer, self.pool, seeds, rcfg, c.agent, split=c.env.train_split
         )
         batch = res.batch
         t_roll = time.perf_counter() - t0
         self.env_steps += len(batch)
-        fields = {
-            "env_reward": batch.tensors["step_reward"].numpy(),
-            "valid_action": batch.meta["valid_action"].astype(float),
-            "format_ok": batch.meta["format_ok"].astype(float),
-            "is_last": batch.meta["done"].astype(float),
-            "won": batch.tensors["won"].numpy() & batch.meta["done"].astype(bool),
-            "potential": batch.meta["potential"].astype(float),
-            "next_potential": batch.meta["next_potential"].astype(float),
-            "terminated": batch.meta["terminated"].astype(float),
-        }
-        total, comps = combine_rewards(fields, c.reward.sources)
-        rewards = torch.as_tensor(total, dtype=torch.float32)
-        metrics = {
-            f"reward/{k}": float(v.sum() / max(1, len(res.trajectories))) for k, v in comps.items()
-        }
+        rewards, metrics = batch_rewards(
+            batch, len(res.trajectories), c.reward.sources, res.trajectories
+        )
         mtok = a.micro_batch_tokens
         if self.ref is not None:
             batch["ref_logp"] = score_rows(self.ref, batch, rcfg.temperature, mtok)
@@ -148,16 +200,8 @@ class RLTrainer:
         if self.critic is not None:
             with torch.no_grad():
                 values = critic_values(self.critic, batch, mtok)
-        adv, returns, astats = compute_advantages(batch, rewards, a, values)
-        metrics.update(astats)
-        batch["adv"] = adv
-        lengths = episode_lengths(batch)
-        w = 1.0 / lengths if a.episode_weighting else torch.ones(len(batch))
-        batch["weight"] = w / w.mean()
-        if returns is not None:
-            batch["returns"], batch["old_values"] = returns, values
-        train = batch[adv.abs() > 1e-8] if a.drop_zero_adv else batch
-        metrics["train/rows_with_signal"] = float(len(train)) / max(1, len(batch))
+        train, adv_metrics = attach_advantages(batch, rewards, a, values)
+        metrics.update(adv_metrics)
         t1 = time.perf_counter()
         if len(train):
             self.model.train()

@@ -1,0 +1,310 @@
+"""The two worker roles of Ray mode, as plain classes that `placement` turns into actors.
+
+`TrainRole` is one rank of the train group: it builds the actor, the critic and the
+reference exactly as the local `RLTrainer` does, shards them with FSDP2, and runs the
+data-parallel scoring and updates of `dp_update`. `RolloutRole` holds an unsharded copy
+of the policy behind a generation backend and its own env pool, and rolls out a share of
+the tasks. Weights only ever move train -> rollout, tagged with a version number that the
+rollout side checks before it samples, so a stale worker fails loudly instead of
+silently training on old-policy data. `ColocatedRole` is both in one process.
+
+Every method carries `@register(...)`: how `WorkerGroup.call` splits its arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arborl import algos
+from arborl.data import Batch
+from arborl.distributed import sharding
+from arborl.distributed.dispatch import register
+from arborl.distributed.dp_update import (
+    dp_critic_update,
+    dp_critic_values,
+    dp_ppo_update,
+    dp_score_rows,
+)
+from arborl.envs import make_pool
+from arborl.generation.hf import HFBackend
+from arborl.models import ValueModel, apply_lora, load_policy
+from arborl.rollout import run_episodes_with_policy, run_rollout
+from arborl.rollout.policies import LMPolicy
+from arborl.train.config import TrainConfig
+from arborl.train.sft import lr_lambda
+
+
+def _threads(cfg: TrainConfig) -> None:
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+
+
+def build_policy(cfg: TrainConfig, policy_path: str | None):
+    """The policy as the local trainer builds it: a preset or a directory (+ LoRA)."""
+    model, tokenizer = load_policy(
+        policy_path or cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
+    )
+    if cfg.model.lora_rank:
+        model = apply_lora(model, r=cfg.model.lora_rank, alpha=cfg.model.lora_alpha)
+    return model, tokenizer
+
+
+def needs_critic(cfg: TrainConfig) -> bool:
+    return algos.needs_critic("gae" if cfg.algo.name == "ppo" else cfg.algo.name)
+
+
+class TrainRole:
+    """One rank of the FSDP2 train group (actor + critic + reference)."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None):
+        _threads(cfg)
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.policy_path = policy_path
+        self.device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
+        self.model = self.critic = self.ref = None
+
+    @register("one_to_all", "rank_zero")
+    def rendezvous_address(self) -> tuple[str, int]:
+        """(IP of this node, a free port): rank 0's answer is the group's TCP rendezvous."""
+        import ray
+
+        return ray.util.get_node_ip_address(), sharding.free_port()
+
+    @register("one_to_all", "all")
+    def setup(self, addr: str, port: int) -> dict[str, Any]:
+        """Join the process group, build and shard the models, make the optimizers."""
+        c, a = self.cfg, self.cfg.algo
+        backend = sharding.init_process_group(self.rank, self.world_size, addr, port, self.device)
+        mesh = sharding.device_mesh(self.world_size, self.device)
+        mp = sharding.mixed_precision(self.device, c.model.dtype)
+        model, self.tokenizer = build_policy(c, self.policy_path)
+        self.model = sharding.shard_model(model.to(self.device), mesh, mp)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=a.weight_decay)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lr_lambda(a.warmup_steps, c.trainer.total_steps, a.lr_schedule)
+        )
+        self.critic_opt = None
+        if needs_critic(c):
+            critic = ValueModel.from_policy_spec(c.model.name_or_path, seed=c.model.seed + 1)
+            self.critic = sharding.shard_model(critic.to(self.device), mesh, mp)
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
+        if a.kl_coef > 0:
+            # As the local trainer: the reference is the model spec's initial weights.
+            ref, _ = load_policy(c.model.name_or_path, dtype=c.model.dtype, seed=c.model.seed)
+            ref.requires_grad_(False)
+            self.ref = sharding.shard_model(ref.to(self.device), mesh, mp)
+        return {"rank": self.rank, "backend": backend, "device": str(self.device)}
+
+    @register("dp_split", "dp_concat")
+    def ref_logp(self, shard: Batch, temperature: float) -> Batch:
+        logp = dp_score_rows(self.ref, shard.to(self.device), temperature, self._mtok)
+        return Batch({"ref_logp": logp.cpu()})
+
+    @register("dp_split", "dp_concat")
+    def values(self, shard: Batch) -> Batch:
+        return Batch({"values": dp_critic_values(self.critic, shard.to(self.device), self._mtok)})
+
+    @property
+    def _mtok(self) -> int:
+        return self.cfg.algo.micro_batch_tokens
+
+    @register("dp_minibatches", "rank_zero")
+    def update_actor(self, shards, template: Batch, temperature: float, kl_coef: float):
+        """PPO steps over this rank's minibatch chunks; (stats, skipped), equal on all ranks."""
+        self.model.train()
+        shards = [s.to(self.device) if s is not None else None for s in shards]
+        up = dp_ppo_update(
+            self.model, self.opt, shards, template.to(self.device), self.cfg.algo,
+            temperature, kl_coef,
+        )  # fmt: skip
+        self.model.eval()
+        return up.stats, up.skipped
+
+    @register("dp_minibatches", "rank_zero")
+    def update_critic(self, shards, template: Batch):
+        shards = [s.to(self.device) if s is not None else None for s in shards]
+        up = dp_critic_update(
+            self.critic, self.critic_opt, shards, template.to(self.device), self.cfg.algo
+        )
+        return up.stats, up.skipped
+
+    @register("one_to_all", "rank_zero")
+    def sched_step(self) -> float:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a step that took no optimizer step
+            self.sched.step()
+        return float(self.sched.get_last_lr()[0])
+
+    @register("one_to_all", "rank_zero")
+    def full_state(self) -> dict | None:
+        """The policy's full weights as numpy, on rank 0 (None elsewhere); a collective."""
+        state = sharding.gather_full_state(self.model)
+        return sharding.state_to_numpy(state) if self.rank == 0 else None
+
+    @register("one_to_all", "all")
+    def memory_bytes(self) -> dict[str, int]:
+        """This rank's bytes of actor parameters, gradients and AdamW states."""
+        grads = sum(
+            (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).numel()
+            * p.grad.element_size()
+            for p in self.model.parameters()
+            if p.grad is not None
+        )
+        optim = 0
+        for st in self.opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    local = v.to_local() if hasattr(v, "to_local") else v
+                    optim += local.numel() * local.element_size()
+        return {"params": sharding.local_param_bytes(self.model), "grads": grads, "optim": optim}
+
+    @register("one_to_all", "all")
+    def save(self, directory: str) -> None:
+        from arborl.distributed.checkpoint import save_sharded
+
+        save_sharded(self, Path(directory))
+
+    @register("one_to_all", "all")
+    def load(self, directory: str) -> None:
+        from arborl.distributed.checkpoint import load_sharded
+
+        load_sharded(self, Path(directory))
+
+    @register("one_to_all", "all")
+    def export_policy(self, directory: str, extra_files: dict[str, str]) -> str | None:
+        """Gather the policy and write it as a plain HF directory (rank 0 writes)."""
+        from arborl.distributed.checkpoint import export_hf
+
+        state = sharding.gather_full_state(self.model)
+        if self.rank != 0:
+            return None
+        return str(export_hf(self.cfg, self.policy_path, state, Path(directory), extra_files))
+
+
+class RolloutRole:
+    """A generation backend over an unsharded policy copy, plus a pool for its share."""
+
+    def __init__(self, cfg: TrainConfig, index: int, policy_path: str | None):
+        _threads(cfg)
+        self.cfg, self.index = cfg, index
+        device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
+        model, self.tokenizer = build_policy(cfg, policy_path)
+        model.eval()
+        self.backend = HFBackend(model, self.tokenizer, device=str(device), max_batch_size=128)
+        self.version = -1
+        self._pools: dict[int, object] = {}
+
+    @register("one_to_all", "all")
+    def pid(self) -> int:
+        return os.getpid()
+
+    @register("one_to_all", "all")
+    def set_weights(self, state: dict, version: int) -> int:
+        """Load a full numpy state pushed through the object store; returns the version."""
+        if version <= self.version:
+            raise RuntimeError(
+                f"rollout worker {self.index}: weights version {version} is not newer than "
+                f"the loaded {self.version}; the controller pushed updates out of order"
+            )
+        sharding.load_numpy_state(self.backend.model, state)
+        self.version = version
+        return version
+
+    @register("one_to_all", "all")
+    def weights_version(self) -> int:
+        return self.version
+
+    def _check_version(self, expected: int) -> None:
+        if self.version != expected:
+            raise RuntimeError(
+                f"rollout worker {self.index} holds weights version {self.version}, the "
+                f"controller asked for {expected}: weight sync was missed or reordered"
+            )
+
+    def _pool(self, num_envs: int):
+        """This worker's env pool, in `env.pool_mode` (as the local trainer builds it)."""
+        if num_envs not in self._pools:
+            c = self.cfg
+            mode = None if c.env.pool_mode == "auto" else c.env.pool_mode
+            self._pools[num_envs] = make_pool(
+                c.env.id, num_envs, mode, split=c.env.train_split, **c.env.kwargs
+            )
+        return self._pools[num_envs]
+
+    @register("one_to_all", "all")
+    def close_pools(self) -> int:
+        """Close the env pools (their worker processes or actors); returns how many."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+        return len(pools)
+
+    @register("per_worker", "all")
+    def rollout(self, share: dict | None, expected_version: int) -> dict | None:
+        """Roll out `share` = {seeds, group_offset, seed} with weights `expected_version`."""
+        if not share or not share["seeds"]:
+            return None
+        self._check_version(expected_version)
+        c, t0 = self.cfg, time.perf_counter()
+        rcfg = replace(c.rollout, num_tasks=len(share["seeds"]), seed=share["seed"])
+        pool = self._pool(len(share["seeds"]) * rcfg.group_size)
+        res = run_rollout(
+            self.backend, self.tokenizer, pool, share["seeds"], rcfg, c.agent,
+            split=c.env.train_split,
+        )  # fmt: skip
+        res.batch.meta["group_id"] = res.batch.meta["group_id"].astype(int) + share["group_offset"]
+        return {
+            "batch": res.batch,
+            "trajectories": res.trajectories,
+            "episodes": res.episodes,
+            "version": self.version,
+            "wall_s": time.perf_counter() - t0,
+            "worker": self.index,
+        }
+
+    @register("per_worker", "all")
+    def evaluate(self, share: dict | None, expected_version: int) -> dict | None:
+        """Held-out episodes of `share` = {seeds, seed}: (wins, episodes, stat sums)."""
+        if not share or not share["seeds"]:
+            return None
+        self._check_version(expected_version)
+        c = self.cfg
+        n = len(share["seeds"])
+        cfg = replace(
+            c.rollout, group_size=1, num_tasks=n, temperature=c.eval.temperature,
+            seed=share["seed"],
+        )  # fmt: skip
+        policy = LMPolicy(self.backend, self.tokenizer, cfg, c.agent)
+        res = run_episodes_with_policy(
+            policy, c.env.id, share["seeds"], cfg, split=c.env.eval_split, env_kwargs=c.env.kwargs
+        )
+        out = {"wins": sum(t.won for t in res.trajectories), "episodes": n}
+        for k in ("mean_return", "mean_turns", "invalid_action_rate"):
+            if k in res.stats:
+                out[k] = float(res.stats[k]) * n
+        return out
+
+
+class ColocatedRole(TrainRole, RolloutRole):
+    """Train rank and rollout worker in one process: weights sync by a collective gather."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None):
+        TrainRole.__init__(self, cfg, rank, world_size, policy_path)
+        RolloutRole.__init__(self, cfg, rank, policy_path)
+
+    @register("one_to_all", "all")
+    def sync_local(self, version: int) -> int:
+        """Every rank gathers the full policy and loads it into its own rollout model."""
+        state = sharding.gather_full_state(self.model, to_all=True)
+        sharding.load_numpy_state(self.backend.model, sharding.state_to_numpy(state))
+        self.version = version
+        return version
