@@ -96,8 +96,8 @@ class TrainRole:
             self.critic = sharding.shard_model(critic.to(self.device), mesh, mp)
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
         if a.kl_coef > 0:
-            # As the local trainer: the reference is the model spec's initial weights.
-            ref, _ = load_policy(c.model.name_or_path, dtype=c.model.dtype, seed=c.model.seed)
+            # As the local trainer: the reference is the policy RL starts from (after SFT).
+            ref, _ = build_policy(c, self.policy_path)
             ref.requires_grad_(False)
             self.ref = sharding.shard_model(ref.to(self.device), mesh, mp)
         return {"rank": self.rank, "backend": backend, "device": str(self.device)}
