@@ -12,6 +12,7 @@ in the checkpoint, so a resumed run replays the remaining steps exactly.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -122,11 +123,8 @@ class RLTrainer:
             )
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
         self.ref = None
-        if a.kl_coef > 0:
-            self.ref, _ = load_policy(
-                cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
-            )
-            self.ref.requires_grad_(False)
+        if a.kl_coef > 0:  # a frozen copy (LoRA included), re-synced after the warm start
+            self.ref = copy.deepcopy(self.model).requires_grad_(False)
         self.kl_ctl = (
             algos.make_kl_controller("adaptive", a.kl_coef, a.kl_target)
             if a.kl_target is not None
@@ -270,6 +268,8 @@ class RLTrainer:
         }
         if self.critic_opt is not None:
             state["critic_optimizer"] = self.critic_opt.state_dict()
+        if self.ref is not None:  # after a warm start it is not the spec's initial weights
+            state["reference"] = self.ref.state_dict()
         return save_checkpoint(
             self.run.path,
             self.step,
@@ -296,6 +296,8 @@ class RLTrainer:
         self.opt.load_state_dict(st["optimizer"])
         self.sched.load_state_dict(st["scheduler"])
         self.gen.set_state(st["generator"])
+        if self.ref is not None and "reference" in st:
+            self.ref.load_state_dict(st["reference"])
         torch.set_rng_state(st["torch_rng"])
         self.backend._generator.set_state(st["backend_generator"])
         self.step, self.env_steps, self.bad_steps = st["step"], st["env_steps"], st["bad_steps"]
@@ -334,6 +336,8 @@ class RLTrainer:
         else:
             if c.sft.enabled and c.sft.steps > 0:
                 self.warm_start(logger)
+                if self.ref is not None:  # KL is measured against the warm-started policy
+                    self.ref.load_state_dict(self.model.state_dict())
             before = self.evaluate()
             self.history["before"] = before
             log.info(
