@@ -183,6 +183,27 @@ def _unknown_key(cls: type, key: str, prefix: str) -> ConfigError:
     )
 
 
+def _fill_section_defaults(f: dataclasses.Field, tp: Any, value: Any) -> Any:
+    """A section given as a partial mapping keeps the parent's defaults for the rest.
+
+    `rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(group_size=8))`:
+    `rollout.num_tasks=4` must not silently reset `group_size` to RolloutConfig's own
+    default, so the keys the mapping lacks come from the parent's default instance."""
+    if not (dataclasses.is_dataclass(tp) and isinstance(value, dict)):
+        return value
+    if f.default_factory is dataclasses.MISSING:
+        return value
+    base = f.default_factory()
+    if not dataclasses.is_dataclass(base):
+        return value
+    missing = {
+        g.name: to_dict(getattr(base, g.name))
+        for g in dataclasses.fields(base)
+        if g.name not in value and g.init
+    }
+    return {**missing, **value}
+
+
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass `cls` from a (nested) mapping, checking every key and value."""
     hints = typing.get_type_hints(cls)
@@ -192,6 +213,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         if key not in fields:
             raise _unknown_key(cls, key, prefix)
         path = f"{prefix}{key}"
+        value = _fill_section_defaults(fields[key], hints[key], value)
         v = _coerce(path, value, hints[key])
         _check_range(path, v, fields[key].metadata)
         kwargs[key] = v

@@ -275,3 +275,19 @@ def test_iter_fields_paths() -> None:
     assert by_path["trainer"][1] is TrainerCfg and by_path["algo.kl_coef"][1] is float
     assert by_path["optim.lr"][0].metadata["min"] == 0.0
     assert by_path["algo.group_size"][2] == "Samples per task."
+
+
+def test_partial_section_override_keeps_the_parents_section_defaults() -> None:
+    # TrainConfig's rollout default is RolloutConfig(num_tasks=16, group_size=8,
+    # max_new_tokens=8); RolloutConfig's own defaults differ (group_size=1, ...).
+    from arborl.rollout import RolloutConfig
+    from arborl.train.config import TrainConfig
+
+    own = RolloutConfig()
+    cfg = load_config(TrainConfig, ["rollout.num_tasks=4"])
+    assert cfg.rollout.num_tasks == 4
+    assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (8, 8)
+    assert (own.group_size, own.max_new_tokens) != (8, 8)  # so the check above can fail
+    # an explicit value still wins, and a section given in full is left as given
+    cfg = load_config(TrainConfig, ["rollout.num_tasks=4", "rollout.group_size=2"])
+    assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (2, 8)
