@@ -3,9 +3,11 @@
 Sources are batched functions of per-step fields (see `sources`); `combine_rewards` adds
 them with weights and keeps each component for logging. Shaping helpers add
 potential-based terms and compute discounted returns. Reward models plug in through
-`register_reward_source`.
+`register_reward_source`; the `rm` source (`rm_source`) is a trained outcome or process
+reward model (`reward_model`), local or behind `arborl rm serve`.
 """
 
+from arborl.rewards.rm_source import RewardModelSource, configure_rm_source
 from arborl.rewards.shaping import (
     discounted_cumulative_returns,
     episode_potential_shaping,
@@ -25,7 +27,9 @@ __all__ = [
     "FIELDS",
     "REWARD_SOURCES",
     "RewardFn",
+    "RewardModelSource",
     "combine_rewards",
+    "configure_rm_source",
     "discounted_cumulative_returns",
     "episode_potential_shaping",
     "get_reward_source",

@@ -13,6 +13,9 @@ Built-ins (`REWARD_SOURCES`):
 - "invalid_action": -(1 - valid_action): -1 where the env rejected the action.
 - "step": -1 on every row, a per-step cost that favours short solutions.
 - "potential": potential-based shaping phi(s') - phi(s) from the env's `info['potential']`.
+
+A trained reward model joins as "rm" once `arborl.rewards.configure_rm_source` registers it
+(the trainer does, from `reward.rm_model`).
 """
 
 from __future__ import annotations
