@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.cli.rollout_cmd import add_policy_args, configs_from_args
+from arborl.cli.search_cmd import add_search_args, evaluate_with_search
 
 COLUMNS = (
     ("policy", "policy", "{}"),
@@ -35,12 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_policy_args(p, default_split="test")
     p.add_argument("--json", default=None, help="also write the table as JSON to this file")
     p.add_argument("--no-baselines", action="store_true", help="skip the random and oracle rows")
+    add_search_args(p, required=False)  # --search A --budget N: the policy under search
     p.set_defaults(func=run)
 
 
 def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     """One table row: run `policy_spec` on the shared tasks and summarise."""
     from arborl.rollout import collect_episodes, make_policy
+
+    if args.algo is not None and policy_spec == args.policy:
+        return evaluate_with_search(args)
 
     cfg, agent = configs_from_args(args, group_size=1)
     policy = make_policy(policy_spec, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)

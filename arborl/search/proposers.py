@@ -1,0 +1,271 @@
+"""Proposers: where a search's candidate actions come from.
+
+- `ActionsProposer` ("actions"): the env's own `available_actions` (no model). Shuffled
+  with the node's seed by default, so k < |actions| draws a seeded random subset and k=1
+  is a seeded uniform random policy (best-of-N's samples then differ).
+- `LMProposer` ("policy"): the policy samples `oversample * k` responses to the node's
+  prompt (built exactly as the rollout engine builds it, from the node's history through
+  the agent's memory) in one `generate` call, and keeps the first k distinct actions,
+  with their tokens and logprobs so that search trees can be trained on. DFSDT's
+  diversity: actions in `avoid` are dropped, and `diversity_note` (if set) puts the tried
+  actions in the prompt, as ToolBench's DIVERSITY_PROMPT does.
+- `FunctionProposer`: any `fn(view) -> list[str]` (synthetic trees in tests, scripted
+  thought generators).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from arborl.search.base import Candidate, NodeView
+
+
+def _distinct(actions: Sequence[str], avoid: Sequence[str], k: int) -> list[str]:
+    out, seen = [], set(avoid)
+    for a in actions:
+        if a not in seen:
+            seen.add(a)
+            out.append(a)
+        if len(out) == k:
+            break
+    return out
+
+
+class ActionsProposer:
+    """Candidates from `view.available_actions` (uniform priors)."""
+
+    name = "actions"
+    uses_model = False
+
+    def __init__(self, shuffle: bool = True) -> None:
+        self.shuffle = shuffle
+
+    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
+        out = []
+        for i, (v, seed) in enumerate(zip(views, seeds)):
+            if v.available_actions is None:
+                raise ValueError(
+                    "proposer 'actions' needs info['available_actions'], but the env gives "
+                    "none at this node; use an LM proposer (--proposer policy) for this env"
+                )
+            acts = list(v.available_actions)
+            if self.shuffle:
+                random.Random(seed).shuffle(acts)
+            chosen = _distinct(acts, avoid[i] if avoid else (), k)
+            prior = 1.0 / max(1, len(v.available_actions))
+            out.append([Candidate(action=a, response_text=a, prior=prior) for a in chosen])
+        return out
+
+
+class FunctionProposer:
+    """Candidates from `fn(view) -> list[str]` in the order it gives (priors optional)."""
+
+    uses_model = False
+
+    def __init__(
+        self,
+        fn: Callable[[NodeView], Sequence[str]],
+        priors: Callable[[NodeView], Sequence[float]] | None = None,
+        name: str = "function",
+    ) -> None:
+        self.fn, self.priors, self.name = fn, priors, name
+
+    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
+        out = []
+        for i, v in enumerate(views):
+            acts = list(self.fn(v))
+            pri = dict(zip(acts, self.priors(v))) if self.priors else {}
+            chosen = _distinct(acts, avoid[i] if avoid else (), k)
+            out.append([Candidate(action=a, response_text=a, prior=pri.get(a)) for a in chosen])
+        return out
+
+
+class LMProposer:
+    """k distinct actions sampled from a policy behind a `GenerationBackend`."""
+
+    name = "policy"
+    uses_model = True
+
+    def __init__(
+        self,
+        backend: Any,
+        tokenizer: Any,
+        agent_cfg: Any = None,
+        max_new_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        oversample: int = 2,
+        diversity_note: bool = False,
+        max_prompt_tokens: int | None = None,
+    ) -> None:
+        from arborl.agent import AgentConfig
+
+        if oversample < 1:
+            raise ValueError(f"oversample={oversample!r} must be >= 1")
+        self.backend, self.tokenizer = backend, tokenizer
+        self.agent_cfg = agent_cfg or AgentConfig()
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.top_p, self.top_k, self.oversample = top_p, top_k, oversample
+        self.diversity_note, self.max_prompt_tokens = diversity_note, max_prompt_tokens
+        eos = getattr(backend, "eos_token_ids", None) or [tokenizer.eos_token_id]
+        self.eos_ids = {e for e in eos if e is not None}
+        self.num_tokens = 0
+        """Tokens generated so far (all samples, kept or not): the budget meter reads it."""
+        self.token_cap: int | None = None
+        """Set by the search before each call: tokens it may still generate (None: any)."""
+
+    def prompt_ids(self, view: NodeView, avoid: Sequence[str] = ()) -> list[int]:
+        """The node's prompt, rebuilt from its history as the rollout engine does."""
+        from arborl.agent import (
+            build_messages,
+            encode_text,
+            instruction_text,
+            make_memory,
+            render_chat,
+        )
+
+        memory = make_memory(self.agent_cfg)
+        for obs, response in view.history:
+            memory.add(obs, response)
+        mv = memory.view()
+        if self.diversity_note and avoid:
+            tried = ", ".join(repr(a) for a in avoid)
+            mv.note = f"Already tried here: {tried}. Choose a different action."
+        instr = instruction_text(view.instruction, self.agent_cfg)
+        messages = build_messages(view.observation, mv, instr, self.agent_cfg)
+        ids = encode_text(self.tokenizer, render_chat(self.tokenizer, messages, True))
+        limit = self.max_prompt_tokens
+        return ids[-limit:] if limit and len(ids) > limit else ids
+
+    def _sizes(self, num_views: int, k: int) -> tuple[int, int]:
+        """(samples per view, max new tokens) within `token_cap`."""
+        n, m = self.oversample * k, self.max_new_tokens
+        if self.token_cap is not None:
+            per_view = max(1, self.token_cap // max(1, num_views))
+            n = max(1, min(n, per_view // m)) if per_view >= m else 1
+            m = min(m, max(1, per_view // n))
+        return n, m
+
+    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
+        from arborl.agent import parse_action, stop_strings
+        from arborl.generation.base import SamplingParams
+
+        n, m = self._sizes(len(views), k)
+        out = []
+        for i, (v, seed) in enumerate(zip(views, seeds)):
+            tried = list(avoid[i]) if avoid else []
+            prompt = self.prompt_ids(v, tried)
+            params = SamplingParams(
+                max_new_tokens=m,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                stop=stop_strings(self.agent_cfg),
+                seed=int(seed) % (2**62),
+            )
+            completions = self.backend.generate([prompt] * n, params)
+            seen, cands = set(tried), []
+            for c in completions:
+                ids = list(c.token_ids)
+                self.num_tokens += len(ids)
+                body = ids[:-1] if ids and ids[-1] in self.eos_ids else ids
+                text = self.tokenizer.decode(body, skip_special_tokens=False)
+                parsed = parse_action(text, self.agent_cfg)
+                action = parsed.action or text
+                if action in seen or len(cands) >= k:
+                    continue
+                seen.add(action)
+                cands.append(
+                    Candidate(
+                        action=action,
+                        response_text=text,
+                        prior=math.exp(sum(c.logprobs)) if c.logprobs else None,
+                        format_ok=parsed.format_ok,
+                        prompt_ids=list(prompt),
+                        response_ids=ids,
+                        logprobs=list(c.logprobs),
+                        finish_reason=c.finish_reason,
+                    )
+                )
+            total = sum(c.prior or 0.0 for c in cands)
+            for c in cands:  # priors renormalised over the distinct candidates kept
+                c.prior = (c.prior or 0.0) / total if total > 0 else 1.0 / len(cands)
+            out.append(cands)
+        return out
+
+
+class RankedActionsProposer:
+    """The env's available_actions ranked by the policy: P(action + end token | prompt).
+
+    For finite action sets this uses the policy without sampling: every legal action is
+    scored by teacher forcing (one forward pass per node), the k most likely distinct ones
+    are returned with their probabilities as PUCT priors, and a node's children can be
+    widened until every action is tried. A confident policy that samples the same action
+    again and again cannot starve the search this way. The candidates carry token ids and
+    logprobs (scored at temperature 1), so trees still export to training rows.
+    """
+
+    name = "ranked"
+    uses_model = True
+
+    def __init__(self, lm: LMProposer) -> None:
+        model = getattr(lm.backend, "model", None)
+        if model is None:
+            raise ValueError("proposer 'ranked' needs an in-process HF policy (a preset or dir)")
+        self.lm, self.model = lm, model
+        self.num_tokens = 0
+
+    def _score(self, prompt: list[int], actions: list[str]) -> list[tuple[list[int], list[float]]]:
+        import torch
+
+        from arborl.models.scoring import token_logprobs
+
+        tok = self.lm.tokenizer
+        eos = tok.eos_token_id
+        conts = [list(tok(a, add_special_tokens=False)["input_ids"]) + [eos] for a in actions]
+        width = len(prompt) + max(len(c) for c in conts)
+        ids = torch.full((len(conts), width), tok.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, c in enumerate(conts):  # right padding: the prompt starts every row
+            row = prompt + c
+            ids[r, : len(row)] = torch.tensor(row)
+            mask[r, : len(row)] = 1
+        with torch.no_grad():
+            logp = token_logprobs(self.model, ids, mask)  # (A, width - 1)
+        p = len(prompt)
+        return [(c, logp[r, p - 1 : p - 1 + len(c)].tolist()) for r, c in enumerate(conts)]
+
+    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
+        out = []
+        for i, v in enumerate(views):
+            if v.available_actions is None:
+                raise ValueError("proposer 'ranked' needs info['available_actions'] from the env")
+            tried = set(avoid[i]) if avoid else set()
+            acts = [a for a in dict.fromkeys(v.available_actions) if a not in tried]
+            if not acts:
+                out.append([])
+                continue
+            prompt = self.lm.prompt_ids(v, list(tried))
+            scored = self._score(prompt, acts)
+            probs = [math.exp(sum(lp)) for _, lp in scored]
+            total = sum(probs) or 1.0
+            order = sorted(range(len(acts)), key=lambda j: (-probs[j], j))[:k]
+            cands = []
+            for j in order:
+                ids, lp = scored[j]
+                cands.append(
+                    Candidate(
+                        action=acts[j],
+                        response_text=acts[j],
+                        prior=probs[j] / total,
+                        prompt_ids=list(prompt),
+                        response_ids=ids,
+                        logprobs=lp,
+                    )
+                )
+            out.append(cands)
+        return out

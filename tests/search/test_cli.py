@@ -1,0 +1,122 @@
+"""`arborl search` and `arborl eval --search` through the real CLI parser."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from arborl.cli.main import main
+
+TASK = '{"numbers": [4, 7, 8, 8], "target": 24}'
+
+
+def test_search_writes_result_tree_and_html(tmp_path, capsys):
+    out = tmp_path / "g24.json"
+    args = [
+        "search",
+        "--env",
+        "arborl/Game24-v0",
+        "--algo",
+        "tot-bfs",
+        "--budget",
+        "300",
+        "--proposer",
+        "actions",
+        "--task",
+        TASK,
+        "--param",
+        "breadth=100",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["won"] is True and doc["stop_reason"] == "solved"
+    # Replay the reported actions on the posed task: they really make 24.
+    nums = [4, 7, 8, 8]
+    for a in doc["actions"]:
+        x, op, y = a.split()
+        nums.remove(int(x))
+        nums.remove(int(y))
+        nums.append(int(eval(f"{x} {op} {y}")))  # noqa: S307 - digits and one operator
+    assert 24 in nums
+    assert doc["stats"]["nodes"] == len(doc["tree"]["nodes"]) - 1 <= 300
+    page = (tmp_path / "g24.html").read_text()
+    assert "<script src" not in page and "http" not in page  # self-contained
+    data = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)
+    embedded = json.loads(data.group(1).replace("<\\/", "</"))
+    assert embedded["tree"]["nodes"] == doc["tree"]["nodes"]
+    assert "won=True" in capsys.readouterr().out
+
+
+def test_search_with_a_tiny_policy(tmp_path):
+    out = tmp_path / "maze.json"
+    args = [
+        "search",
+        "--policy",
+        "tiny-0.1m",
+        "--env",
+        "arborl/Maze-v0",
+        "--algo",
+        "mcts",
+        "--budget",
+        "8",
+        "--max-new-tokens",
+        "3",
+        "--param",
+        "width=2",
+        "--param",
+        "skip_repeats=false",
+        "--out",
+        str(out),
+        "--no-html",
+    ]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["stats"]["tokens"] > 0 and doc["stats"]["model_calls"] >= 1
+    # The untrained model's actions are invalid: no win, so the node budget ends it.
+    assert doc["stop_reason"] == "budget:max_nodes" and doc["stats"]["nodes"] == 8
+    assert not (tmp_path / "maze.html").exists()
+
+
+def test_eval_with_search(tmp_path, capsys):
+    js = tmp_path / "eval.json"
+    args = [
+        "eval",
+        "--policy",
+        "random",
+        "--env",
+        "arborl/Maze-v0",
+        "--num-episodes",
+        "10",
+        "--search",
+        "mcts",
+        "--budget",
+        "150",
+        "--proposer",
+        "actions",
+        "--param",
+        "c=0.2",
+        "--json",
+        str(js),
+    ]
+    assert main(args) == 0
+    rows = {r["policy"]: r for r in json.loads(js.read_text())["rows"]}
+    row = rows["random+mcts@150"]
+    assert row["episodes"] == 10 and 0.0 <= row["ci_low"] <= row["success_rate"]
+    assert row["success_rate"] >= 0.7  # MCTS + the maze heuristic; random walks get ~0.1
+    assert rows["oracle"]["success_rate"] == 1.0
+
+
+def test_bad_flags_fail_clearly(capsys):
+    base = ["search", "--env", "arborl/Game24-v0", "--algo", "mcts", "--proposer", "actions"]
+    with pytest.raises(SystemExit, match=r"--param 'width': write KEY=VALUE"):
+        main([*base, "--param", "width"])
+    with pytest.raises(SystemExit, match=r"has no parameter\(s\) \['widht'\]"):
+        main([*base, "--param", "widht=3"])
+    with pytest.raises(SystemExit, match="proposer 'policy' needs an LM"):
+        main(["search", "--env", "arborl/Game24-v0", "--algo", "mcts"])
+    with pytest.raises(SystemExit, match="is not valid JSON"):
+        main([*base, "--task", "{numbers"])
