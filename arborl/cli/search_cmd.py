@@ -23,6 +23,14 @@ from arborl.search.builders import EVALUATORS, PROPOSERS
 from arborl.search.registry import ALGORITHMS
 
 
+def _evaluator_name(text: str) -> str:
+    if text in EVALUATORS or (text.startswith("rm:") and len(text) > 3):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not one of {list(EVALUATORS)} or rm:PATH_OR_URL (a reward model)"
+    )
+
+
 def add_search_args(p: argparse.ArgumentParser, required: bool) -> None:
     """The search flags shared with `arborl eval --search`."""
     p.add_argument(
@@ -46,8 +54,9 @@ def add_search_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument(
         "--evaluator",
         default=None,
-        choices=EVALUATORS,
-        help="node scores (default: the env's heuristic if it has one, else none)",
+        type=_evaluator_name,
+        help=f"node scores: one of {', '.join(EVALUATORS)}, or rm:PATH_OR_URL for a reward model "
+        "(default: the env's heuristic if it has one, else none)",
     )
     p.add_argument(
         "--param",

@@ -29,7 +29,9 @@ PROPOSERS = ("actions", "policy", "ranked")
 `ranked`: the env's available_actions ranked by the policy's probability of each."""
 EVALUATORS = ("heuristic", "rollout", "judge", "none")
 """`heuristic`: the env's built-in heuristic; `rollout`: a proposer rollout to the end;
-`judge`: the policy's P(yes) to "can this still be solved?"; `none`: the return so far."""
+`judge`: the policy's P(yes) to "can this still be solved?"; `none`: the return so far.
+Besides these, `rm:PATH_OR_URL` scores nodes with a reward model (`arborl rm train` output or
+an `arborl rm serve` URL; the token comes from ARBORL_TOKEN)."""
 
 
 def make_proposer(name: str, backend: Any = None, tokenizer: Any = None, **kw: Any):
@@ -64,7 +66,13 @@ def make_evaluator(name: str, env_id: str = "", backend: Any = None, tokenizer: 
         return PolicyJudgeEvaluator(model, tokenizer)
     if name == "none":
         return None
-    raise ValueError(f"evaluator={name!r} is not one of {list(EVALUATORS)}")
+    if name.startswith("rm:"):  # a reward model: a saved RM directory or an `rm serve` URL
+        from arborl.rewards.rm_evaluator import load_rm_evaluator
+
+        return load_rm_evaluator(name[3:])
+    raise ValueError(
+        f"evaluator={name!r} is not one of {list(EVALUATORS)} or rm:PATH_OR_URL (a reward model)"
+    )
 
 
 def make_problem(

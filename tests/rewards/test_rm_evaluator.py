@@ -59,3 +59,21 @@ def test_drives_search_algorithms(prm, algo, params):
     values = [n.value for n in res.tree.nodes if n.value is not None]
     assert values and all(0.0 <= v <= 1.0 for v in values)
     assert res.stats["evaluator_calls"] >= 1
+
+
+def test_search_command_takes_a_saved_rm_as_evaluator(prm, tmp_path):
+    from arborl.cli.main import main
+
+    rm_dir = prm.save_pretrained(tmp_path / "prm")
+    out = tmp_path / "res.json"
+    args = ["search", "--env", "arborl/Maze-v0", "--algo", "beam-prm", "--budget", "30",
+            "--proposer", "actions", "--evaluator", f"rm:{rm_dir}", "--seed", "3",
+            "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    # the RM scored the nodes (one evaluator call per expansion) and the node budget stopped it
+    assert doc["stats"]["evaluator_calls"] > 0 and doc["stop_reason"] == "budget:max_nodes"
+    with pytest.raises(SystemExit):  # argparse names the bad value and the choices
+        main(["search", "--env", "arborl/Maze-v0", "--algo", "mcts", "--evaluator", "rmx"])
