@@ -211,8 +211,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if servers.token_generated:
         print(f"generated token (send 'Authorization: Bearer <token>'): {servers.token}")
     print(f"serving {args.id} with {args.replicas} replica(s): {' '.join(servers.urls)}")
-    print(f"logs in {servers.log_dir}; Ctrl-C or SIGTERM stops them", flush=True)
-    servers.serve_forever()
+    servers.serve_forever(  # printed once the signal handlers are in place
+        on_ready=lambda: print(
+            f"logs in {servers.log_dir}; Ctrl-C or SIGTERM stops them", flush=True
+        )  # fmt: skip
+    )
     print("stopped")
     return 0
 

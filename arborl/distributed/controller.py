@@ -199,6 +199,9 @@ class RayTrainer(RLTrainer):
             ray.shutdown()
 
     # --- phases used by RLTrainer._fit ------------------------------------------------
+    def sync_reference(self) -> None:
+        """Nothing to do: the train ranks build the reference from the SFT policy itself."""
+
     def warm_start(self, logger) -> dict[str, float]:
         """The SFT already ran in `_start` (the workers load its policy); log it as local."""
         stats = self._sft_stats or {}

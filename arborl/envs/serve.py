@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -243,11 +244,14 @@ class ReplicaSet:
             self._tmp.cleanup()
             self._tmp = None
 
-    def serve_forever(self) -> None:
-        """Block until SIGINT or SIGTERM, then stop everything."""
+    def serve_forever(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Block until SIGINT or SIGTERM, then stop everything. `on_ready` runs once the
+        signal handlers are in place (a "ready" line printed earlier would race a signal)."""
         done = threading.Event()
         old = {s: signal.signal(s, lambda *_: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if on_ready is not None:
+                on_ready()
             while not done.wait(0.5):
                 pass
         finally:

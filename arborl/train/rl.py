@@ -153,6 +153,11 @@ class RLTrainer:
     def warm_start(self, logger: MetricsLogger) -> dict[str, float]:
         return warm_start(self.model, self.tokenizer, self.cfg, logger)
 
+    def sync_reference(self) -> None:
+        """After the warm start: KL is measured against the policy RL starts from."""
+        if self.ref is not None:
+            self.ref.load_state_dict(self.model.state_dict())
+
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         c = self.cfg
         self.model.eval()
@@ -336,8 +341,7 @@ class RLTrainer:
         else:
             if c.sft.enabled and c.sft.steps > 0:
                 self.warm_start(logger)
-                if self.ref is not None:  # KL is measured against the warm-started policy
-                    self.ref.load_state_dict(self.model.state_dict())
+                self.sync_reference()
             before = self.evaluate()
             self.history["before"] = before
             log.info(

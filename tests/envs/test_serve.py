@@ -86,8 +86,7 @@ from arborl.envs.userdata import run_state_file
 ctx = package_context(sys.argv[1])
 rs = ReplicaSet(sys.argv[1], 2, python=ctx["python"], spec=ctx["spec"], state_file=run_state_file(sys.argv[1]))
 rs.start()
-print("ready", flush=True)
-rs.serve_forever()
+rs.serve_forever(on_ready=lambda: print("ready", flush=True))
 """
 
 
