@@ -314,20 +314,6 @@ class RayTrainer(RLTrainer):
             out.extend(batch.reorder(perm).split(self.cfg.algo.minibatch_size))
         return out
 
-    def _step_metrics(self, s: dict, t_roll: float, t1: float, lr: float) -> dict[str, float]:
-        return {
-            "train/success": s["success_rate"],
-            "train/mean_return": s["mean_return"],
-            "train/mean_turns": s["mean_turns"],
-            "train/invalid_rate": s["invalid_action_rate"],
-            "train/env_steps": float(self.env_steps),
-            "time/rollout_s": t_roll,
-            "time/update_s": time.perf_counter() - t1,
-            "actor/lr": lr,
-            "actor/kl_coef": self.kl_ctl.value,
-            "rollout/tokens_per_s": s["tokens_per_s"],
-        }
-
     def _sync_weights(self) -> None:
         """New policy weights to every rollout worker, as version `self.version + 1`."""
         import ray

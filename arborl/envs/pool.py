@@ -25,6 +25,26 @@ class StepResult(NamedTuple):
     info: dict[str, Any]
 
 
+def actions_to_step(
+    actions: dict[int, str] | Sequence[str | None], done: Sequence[bool]
+) -> dict[int, str]:
+    """`{env index: action}` from a dict or a list with None to skip, checked against the
+    pool's size and `done` flags (every pool mode shares these rules)."""
+    num_envs = len(done)
+    if isinstance(actions, dict):
+        todo = dict(actions)
+    else:
+        if len(actions) != num_envs:
+            raise ValueError(f"got {len(actions)} actions for {num_envs} envs; use None to skip")
+        todo = {i: a for i, a in enumerate(actions) if a is not None}
+    for i in todo:
+        if not 0 <= i < num_envs:
+            raise IndexError(f"env index {i} out of range 0..{num_envs - 1}")
+        if done[i]:
+            raise ValueError(f"env {i} is done (or not reset); pass None for it or reset the pool")
+    return todo
+
+
 class EnvPool:
     """`num_envs` envs built from a registry id (with `kwargs`) or from a zero-arg factory."""
 
@@ -108,21 +128,7 @@ class EnvPool:
         Returns one `StepResult` per env (None for envs not stepped) and the `done` flags.
         An action for a finished env is an error: the pool never auto-resets.
         """
-        if isinstance(actions, dict):
-            todo = dict(actions)
-        else:
-            if len(actions) != self.num_envs:
-                raise ValueError(
-                    f"got {len(actions)} actions for {self.num_envs} envs; use None to skip"
-                )
-            todo = {i: a for i, a in enumerate(actions) if a is not None}
-        for i in todo:
-            if not 0 <= i < self.num_envs:
-                raise IndexError(f"env index {i} out of range 0..{self.num_envs - 1}")
-            if self._done[i]:
-                raise ValueError(
-                    f"env {i} is done (or not reset); pass None for it or reset the pool"
-                )
+        todo = actions_to_step(actions, self._done)
         results: list[StepResult | None] = [None] * self.num_envs
         for i, action in todo.items():
             obs, reward, terminated, truncated, info = self.envs[i].step(action)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from arborl.envs.pool import StepResult
+from arborl.envs.pool import StepResult, actions_to_step
 
 
 class EnvCallError(RuntimeError):
@@ -299,19 +299,4 @@ class RemotePool:
             )
 
     def _check_actions(self, actions: dict[int, str] | Sequence[str | None]) -> dict[int, str]:
-        if isinstance(actions, dict):
-            todo = dict(actions)
-        else:
-            if len(actions) != self.num_envs:
-                raise ValueError(
-                    f"got {len(actions)} actions for {self.num_envs} envs; use None to skip"
-                )
-            todo = {i: a for i, a in enumerate(actions) if a is not None}
-        for i in todo:
-            if not 0 <= i < self.num_envs:
-                raise IndexError(f"env index {i} out of range 0..{self.num_envs - 1}")
-            if self._done[i]:
-                raise ValueError(
-                    f"env {i} is done (or not reset); pass None for it or reset the pool"
-                )
-        return todo
+        return actions_to_step(actions, self._done)

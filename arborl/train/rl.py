@@ -153,6 +153,21 @@ class RLTrainer:
     def warm_start(self, logger: MetricsLogger) -> dict[str, float]:
         return warm_start(self.model, self.tokenizer, self.cfg, logger)
 
+    def _step_metrics(self, s: dict, t_roll: float, t1: float, lr: float) -> dict[str, float]:
+        """The per-step metrics both backends log (`s`: the rollout's episode stats)."""
+        return {
+            "train/success": s["success_rate"],
+            "train/mean_return": s["mean_return"],
+            "train/mean_turns": s["mean_turns"],
+            "train/invalid_rate": s["invalid_action_rate"],
+            "train/env_steps": float(self.env_steps),
+            "time/rollout_s": t_roll,
+            "time/update_s": time.perf_counter() - t1,
+            "actor/lr": lr,
+            "actor/kl_coef": self.kl_ctl.value,
+            "rollout/tokens_per_s": s["tokens_per_s"],
+        }
+
     def sync_reference(self) -> None:
         """After the warm start: KL is measured against the policy RL starts from."""
         if self.ref is not None:
@@ -224,20 +239,7 @@ class RLTrainer:
             self.sched.step()
         if "actor/kl" in metrics:
             self.kl_ctl.update(metrics["actor/kl"], len(batch))
-        s = res.stats
-        metrics.update(
-            {
-                "train/success": s["success_rate"],
-                "train/mean_return": s["mean_return"],
-                "train/mean_turns": s["mean_turns"],
-                "train/invalid_rate": s["invalid_action_rate"],
-                "train/env_steps": float(self.env_steps),
-                "time/rollout_s": t_roll,
-                "time/update_s": time.perf_counter() - t1,
-                "actor/lr": self.sched.get_last_lr()[0],
-                "actor/kl_coef": self.kl_ctl.value,
-            }
-        )
+        metrics.update(self._step_metrics(res.stats, t_roll, t1, self.sched.get_last_lr()[0]))
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
