@@ -28,7 +28,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check arborl tests bench
+	$(BIN)/ruff format --check arborl tests bench tools
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,bench]"

@@ -1,7 +1,7 @@
 """Regenerate docs/cli.md from the `arborl` parser's own --help text.
 
-    python tools/gen_cli_docs.py            # rewrites docs/cli.md
-    python tools/gen_cli_docs.py --check    # exit 1 when docs/cli.md is out of date
+python tools/gen_cli_docs.py            # rewrites docs/cli.md
+python tools/gen_cli_docs.py --check    # exit 1 when docs/cli.md is out of date
 """
 
 from __future__ import annotations
