@@ -165,7 +165,8 @@ class RLTrainer:
             "time/update_s": time.perf_counter() - t1,
             "actor/lr": lr,
             "actor/kl_coef": self.kl_ctl.value,
-            "rollout/tokens_per_s": s["tokens_per_s"],
+            # tree rollouts (rollout.mode=tree) report no generation throughput
+            **({"rollout/tokens_per_s": s["tokens_per_s"]} if "tokens_per_s" in s else {}),
         }
 
     def sync_reference(self) -> None:
