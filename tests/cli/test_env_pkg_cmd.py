@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 
 import httpx
 import pytest
@@ -84,7 +83,9 @@ def test_dockerfile_reproduces_setup():
     assert spec["entry_point"] == "counter_env:CounterEnv" and spec["max_turns"] == 12
 
 
-def test_docker_context_serves_with_its_own_files(counter_interp, tmp_path, capsys):
+def test_docker_context_serves_with_its_own_files(
+    counter_interp, tmp_path, capsys, wait_for_health
+):
     out = tmp_path / "ctx"
     assert main(["env", "dockerfile", COUNTER_ID, "--out", str(out)]) == 0
     assert "docker build -t counter-fixture" in capsys.readouterr().out
@@ -119,15 +120,7 @@ def test_docker_context_serves_with_its_own_files(counter_interp, tmp_path, caps
     proc = subprocess.Popen([str(counter_interp.python), "-S", "-c", run, COUNTER_ID, "--port",
                              str(port)], cwd=out / "env", env=env, stdout=subprocess.DEVNULL)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for_health(proc, f"http://127.0.0.1:{port}")
         auth = {"Authorization": "Bearer t"}
         sid = httpx.post(f"http://127.0.0.1:{port}/sessions", json={}, headers=auth).json()[
             "session_id"

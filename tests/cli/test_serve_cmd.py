@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ def test_serve_parser_defaults():
 
 
 @pytest.mark.slow
-def test_serve_subprocess_answers_completions():
+def test_serve_subprocess_answers_completions(wait_for_health):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -44,16 +43,7 @@ def test_serve_subprocess_answers_completions():
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         url, headers = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k"}
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "server did not come up in 60 s"
-            time.sleep(0.2)
+        wait_for_health(proc, url)
         body = {"model": "tiny-0.1m", "prompt": "hi", "max_tokens": 3, "temperature": 0}
         resp = httpx.post(f"{url}/v1/completions", json=body, headers=headers, timeout=30)
         assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] <= 3

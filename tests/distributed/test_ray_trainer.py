@@ -67,7 +67,7 @@ def _kill_worker_after_step_1(trainer):
         time.sleep(0.05)
 
 
-def _serve_answers(policy_dir):
+def _serve_answers(policy_dir, wait_for_health):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -75,16 +75,8 @@ def _serve_answers(policy_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "arborl serve did not come up in 60 s"
-            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        wait_for_health(proc, url)
         body = {"model": str(policy_dir), "prompt": "#", "max_tokens": 2, "temperature": 0}
         resp = httpx.post(f"{url}/v1/completions", json=body, timeout=30)
         assert resp.status_code == 200, resp.text
@@ -95,7 +87,9 @@ def _serve_answers(policy_dir):
 
 
 @pytest.mark.slow
-def test_killed_rollout_worker_is_replaced_and_the_run_finishes(ray_instance, tmp_path, capsys):
+def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
+    ray_instance, tmp_path, capsys, wait_for_health
+):
     # ppo with a KL term: the critic and the reference are sharded and dispatched too.
     cfg = _cfg(
         tmp_path, "fault", "algo=ppo", "algo.kl_coef=0.05", "sft.steps=3", "sft.num_demos=2",
@@ -126,7 +120,9 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(ray_instance, tm
     assert code == 0
     rows = json.loads(out.read_text())["rows"]
     assert rows[0]["episodes"] == 4 and 0.0 <= rows[0]["success_rate"] <= 1.0
-    _serve_answers(ckpt / "policy")  # ... and so does `arborl serve`, over real HTTP
+    _serve_answers(
+        ckpt / "policy", wait_for_health
+    )  # ... and so does `arborl serve`, over real HTTP
     capsys.readouterr()
 
 
