@@ -66,12 +66,14 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from arborl.data import read_trajectories
     from arborl.rewards.rm_data import (
         build_preference_pairs,
+        monte_carlo_sibling_labels,
         monte_carlo_step_labels,
         write_jsonl,
     )
 
-    if not args.pairs and not args.steps:
-        print("error: give --pairs FILE, --steps FILE or both", file=sys.stderr)
+    if not args.pairs and not args.steps and not args.sibling_steps:
+        print("error: give --pairs FILE, --steps FILE, --sibling-steps FILE or several",
+              file=sys.stderr)  # fmt: skip
         return 2
     trajs = [t for f in _trajectory_files(args.trajectories) for t in read_trajectories(f)]
     print(f"read {len(trajs)} trajectories")
@@ -92,6 +94,14 @@ def _cmd_data(args: argparse.Namespace) -> int:
         print(
             f"wrote step labels for {len(records)} trajectories ({num_steps} steps) to {args.steps}"
         )
+    if args.sibling_steps:
+        chosen = [t for t in trajs if t.steps][: args.max_trajectories]
+        records = monte_carlo_sibling_labels(
+            chosen, _data_policy(args), _json_arg(args.env_kwargs, "--env-kwargs"),
+            args.num_rollouts, args.max_envs, args.split,
+        )  # fmt: skip
+        write_jsonl(args.sibling_steps, records)
+        print(f"wrote {len(records)} labelled untaken steps to {args.sibling_steps}")
     return 0
 
 
@@ -199,6 +209,11 @@ def _add_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trajectories", nargs="+", help="trajectory files (.jsonl/.parquet) or folders")
     p.add_argument("--pairs", help="write preference pairs to this .jsonl file")
     p.add_argument("--steps", help="write step labels to this .jsonl file")
+    p.add_argument(
+        "--sibling-steps",
+        help="also label every untaken action at each state (envs with available_actions) "
+        "and write those records to this .jsonl file; train on it beside --steps",
+    )
     p.add_argument(
         "--min-margin",
         type=float,

@@ -95,7 +95,16 @@ class RMClient:
     def score(
         self, trajectories: Sequence[Trajectory], batch_size: int | None = None
     ) -> list[float]:
-        return [s[-1] for s in self.score_steps(trajectories, batch_size)]
+        """Per trajectory, the raw score of its last step (the server scores only that)."""
+        out: list[float] = []
+        for start in range(0, len(trajectories), self.max_per_request):
+            chunk = trajectories[start : start + self.max_per_request]
+            body: dict[str, Any] = {"trajectories": [t.to_dict() for t in chunk], "last_only": True}
+            if batch_size is not None:
+                body["batch_size"] = batch_size
+            reply = self._call("POST", "/v1/score", json=body)
+            out.extend(math.nan if x is None else float(x) for x in reply["scores"])
+        return out
 
     def close(self) -> None:
         self._http.close()

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from arborl.data.trajectory import Trajectory
+from arborl.data.trajectory import Step, Trajectory
 from arborl.envs import make
+from arborl.rewards.reward_model import FINAL_OBSERVATION
 from arborl.rollout.episode import EpisodeState, TurnRecord
 from arborl.rollout.policies import Decision, OraclePolicy, Policy, RandomPolicy
 
@@ -69,14 +71,16 @@ class StepLabels:
     trajectory: Trajectory
     """The labelled trajectory."""
     labels: list[float]
-    """Per step: success rate of the policy's continuations from the state after it."""
+    """Per step: success rate of the policy's continuations from the state after it; NaN
+    (`null` in the file) for a step that is context only (`monte_carlo_sibling_labels`
+    labels just the last step of its records)."""
     num_rollouts: list[int] = field(default_factory=list)
     """Per step: continuations run (0 where the step ended the episode: label is exact)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "task_id": self.trajectory.task_id,
-            "labels": self.labels,
+            "labels": [None if math.isnan(x) else x for x in self.labels],
             "num_rollouts": self.num_rollouts,
             "trajectory": self.trajectory.to_dict(),
         }
@@ -84,7 +88,7 @@ class StepLabels:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepLabels:
         traj = Trajectory.from_dict(d["trajectory"])
-        labels = [float(x) for x in d["labels"]]
+        labels = [math.nan if x is None else float(x) for x in d["labels"]]
         if len(labels) != traj.num_steps:
             raise ValueError(
                 f"step-label record of task {traj.task_id!r} has {len(labels)} labels for "
@@ -180,10 +184,14 @@ def make_data_policy(spec: str, seed: int = 0, rollout_cfg=None, agent_cfg=None)
     return make_policy(spec, rollout_cfg or RolloutConfig(seed=seed), agent_cfg, seed=seed)
 
 
-def replay(env: Any, traj: Trajectory, split: str | None = None) -> list[tuple[Any, str, dict]]:
-    """Reset `env` to `traj`'s task and step its actions; after each step return
-    (snapshot, observation, info). Raises when the env does not reproduce the recorded
-    task or observations (wrong env kwargs or split)."""
+State = tuple[Any, str, dict]
+"""(env snapshot, observation, info) at one point of an episode."""
+
+
+def _walk(env: Any, traj: Trajectory, split: str | None) -> list[tuple[State, State]]:
+    """Reset `env` to `traj`'s task and step its actions; per step, the state before it
+    and the state after it. Raises when the env does not reproduce the recorded task or
+    observations (wrong env kwargs or split)."""
     split = split or traj.meta.get("split", "train")
     obs, info = env.reset(seed=traj.seed, options={"split": split})
     if info.get("task_id", traj.task_id) != traj.task_id:
@@ -192,16 +200,24 @@ def replay(env: Any, traj: Trajectory, split: str | None = None) -> list[tuple[A
             f"{info.get('task_id')!r}, but the trajectory is of task {traj.task_id!r}; pass the "
             "env kwargs and split the trajectories were recorded with"
         )
-    after = []
+    out = []
     for t, step in enumerate(traj.steps):
         if obs != step.observation:
             raise ValueError(
                 f"trajectory of task {traj.task_id!r} does not replay: the observation before "
                 f"step {t} differs from the recorded one; pass the env kwargs it was recorded with"
             )
+        before = (env.snapshot(), obs, info)
         obs, _, _, _, info = env.step(step.action)
-        after.append((env.snapshot(), obs, info))
-    return after
+        out.append((before, (env.snapshot(), obs, info)))
+    return out
+
+
+def replay(env: Any, traj: Trajectory, split: str | None = None) -> list[State]:
+    """Reset `env` to `traj`'s task and step its actions; after each step return
+    (snapshot, observation, info). Raises when the env does not reproduce the recorded
+    task or observations (wrong env kwargs or split)."""
+    return [after for _, after in _walk(env, traj, split)]
 
 
 @dataclass
@@ -252,6 +268,44 @@ def _run_branches(policy: Policy, branches: list[_Branch], envs: list[Any]) -> l
     return [b.episode.won for b in branches]
 
 
+def _label_by_continuations(
+    records: list[StepLabels],
+    jobs: list[tuple[int, int, State]],
+    policy: Policy,
+    env_kwargs: dict[str, Any],
+    num_rollouts: int,
+    max_envs: int,
+) -> None:
+    """Set `records[r].labels[t]` to the success rate of `num_rollouts` continuations of
+    `policy` from the state of each job (r, t, state after step t); states run in chunks
+    of about `max_envs` continuations, each chunk one batched rollout."""
+    per_chunk = max(1, max_envs // num_rollouts)
+    for c in range(0, len(jobs), per_chunk):
+        branches, envs = [], []
+        for r, t, (snap, obs, info) in jobs[c : c + per_chunk]:
+            traj = records[r].trajectory
+            records[r].labels[t] = 0.0
+            for _ in range(num_rollouts):
+                env = make(traj.env_id, **env_kwargs)
+                env.restore(snap)
+                branches.append(_Branch(r, t, _branch_episode(traj, t, env, obs, dict(info))))
+                envs.append(env)
+        won = _run_branches(policy, branches, envs)
+        for b, w in zip(branches, won):
+            records[b.record].labels[b.step] += float(w) / num_rollouts
+            records[b.record].num_rollouts[b.step] += 1
+        for env in envs:
+            env.close()
+
+
+def _ended(step_result: tuple, t: int, env: Any) -> bool:
+    """Whether step `t` (0-based) with `env.step`'s (obs, reward, term, trunc, info) ended
+    the episode, by the env's flags or its turn limit."""
+    _, _, term, trunc, _ = step_result
+    limit = int(getattr(env, "max_turns", 0) or 10**9)
+    return bool(term or trunc or t + 1 >= limit)
+
+
 def monte_carlo_step_labels(
     trajectories: Sequence[Trajectory],
     policy: Policy,
@@ -270,32 +324,83 @@ def monte_carlo_step_labels(
         raise ValueError(f"num_rollouts={num_rollouts} must be >= 1")
     env_kwargs = env_kwargs or {}
     records = [StepLabels(t, [0.0] * t.num_steps, [0] * t.num_steps) for t in trajectories]
-    jobs: list[tuple[int, int, tuple]] = []  # (record, step, (snapshot, obs, info))
+    jobs: list[tuple[int, int, State]] = []  # (record, step, state after the step)
     probe_envs: dict[str, Any] = {}
     for r, traj in enumerate(trajectories):
         env = probe_envs.setdefault(traj.env_id, make(traj.env_id, **env_kwargs))
-        for t, state in enumerate(replay(env, traj, split)):
+        for t, (_, after) in enumerate(_walk(env, traj, split)):
             step = traj.steps[t]
             if step.terminated or step.truncated or t == traj.num_steps - 1:
-                records[r].labels[t] = float(bool(state[2].get("won", False)))
+                records[r].labels[t] = float(bool(after[2].get("won", False)))
             else:
-                jobs.append((r, t, state))
-    per_chunk = max(1, max_envs // num_rollouts)
-    for c in range(0, len(jobs), per_chunk):
-        branches, envs = [], []
-        for r, t, (snap, obs, info) in jobs[c : c + per_chunk]:
-            traj = trajectories[r]
-            for _ in range(num_rollouts):
+                jobs.append((r, t, after))
+    _label_by_continuations(records, jobs, policy, env_kwargs, num_rollouts, max_envs)
+    for env in probe_envs.values():
+        env.close()
+    return records
+
+
+def monte_carlo_sibling_labels(
+    trajectories: Sequence[Trajectory],
+    policy: Policy,
+    env_kwargs: dict[str, Any] | None = None,
+    num_rollouts: int = 4,
+    max_envs: int = 256,
+    split: str | None = None,
+    dedupe_states: bool = True,
+) -> list[StepLabels]:
+    """Monte-Carlo labels for the actions the trajectories did *not* take.
+
+    At each state of each trajectory, every other action of `info['available_actions']`
+    is stepped from a `restore()`d snapshot and labelled as `monte_carlo_step_labels`
+    labels a taken step (exactly if it ended the episode, else by `num_rollouts`
+    continuations of `policy`). Each record is the trajectory's prefix up to that state
+    plus the alternative step, and only that last step is labelled (the earlier labels
+    are NaN: context). With `dedupe_states`, a state whose observation already came up
+    earlier in the same trajectory is not branched again (a policy stuck in a loop would
+    otherwise label the same siblings many times).
+
+    Why: the taken steps of one task share its maze, its numbers, its page, so a small
+    PRM can fit their labels by recognising which tasks are hard. Siblings share all of
+    that and differ only in the action, which is exactly what PRM-guided search ranks.
+    """
+    if num_rollouts < 1:
+        raise ValueError(f"num_rollouts={num_rollouts} must be >= 1")
+    env_kwargs = env_kwargs or {}
+    records: list[StepLabels] = []
+    jobs: list[tuple[int, int, State]] = []
+    probe_envs: dict[str, Any] = {}
+    for traj in trajectories:
+        probe = probe_envs.setdefault(traj.env_id, make(traj.env_id, **env_kwargs))
+        seen: set[str] = set()
+        for t, ((snap, obs, info), _) in enumerate(_walk(probe, traj, split)):
+            if dedupe_states and obs in seen:
+                continue
+            seen.add(obs)
+            actions = info.get("available_actions")
+            if actions is None:
+                raise ValueError(
+                    f"sibling labels need info['available_actions'], but {traj.env_id} gives "
+                    "none; label only the taken steps (monte_carlo_step_labels)"
+                )
+            for action in dict.fromkeys(actions):
+                if action == traj.steps[t].action:
+                    continue
                 env = make(traj.env_id, **env_kwargs)
                 env.restore(snap)
-                branches.append(_Branch(r, t, _branch_episode(traj, t, env, obs, dict(info))))
-                envs.append(env)
-        won = _run_branches(policy, branches, envs)
-        for b, w in zip(branches, won):
-            records[b.record].labels[b.step] += float(w) / num_rollouts
-            records[b.record].num_rollouts[b.step] += 1
-        for env in envs:
-            env.close()
+                result = env.step(action)
+                next_obs, reward, term, trunc, next_info = result
+                step = Step(observation=obs, action=action, reward=float(reward),
+                            terminated=bool(term), truncated=bool(trunc))  # fmt: skip
+                branch = replace(traj, steps=[*traj.steps[:t], step],
+                                 meta={**traj.meta, FINAL_OBSERVATION: next_obs})  # fmt: skip
+                records.append(StepLabels(branch, [math.nan] * t + [0.0], [0] * (t + 1)))
+                if _ended(result, t, env):
+                    records[-1].labels[t] = float(bool(next_info.get("won", False)))
+                else:
+                    jobs.append((len(records) - 1, t, (env.snapshot(), next_obs, next_info)))
+                env.close()
+    _label_by_continuations(records, jobs, policy, env_kwargs, num_rollouts, max_envs)
     for env in probe_envs.values():
         env.close()
     return records

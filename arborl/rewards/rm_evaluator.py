@@ -86,17 +86,24 @@ class RewardModelEvaluator:
                 todo.append(i)
         if todo:
             trajs = [view_to_trajectory(views[i]) for i in todo]
-            steps = self._score_steps(trajs)
-            for i, s in zip(todo, steps):
-                out[i] = sigmoid(s[-1])
+            for i, s in zip(todo, self._score_last(trajs)):
+                out[i] = sigmoid(s)
             self.num_scored += len(todo)
         return [float(x) for x in out]  # type: ignore[arg-type]
 
-    def _score_steps(self, trajs: list[Trajectory]) -> list[list[float]]:
+    def _score_last(self, trajs: list[Trajectory]) -> list[float]:
+        """Each path's last-step score. A scorer's `score` reads only that step (one short
+        sequence per node, not one per step on its path); else `score_steps(...)[-1]`."""
+        fn = getattr(self.scorer, "score", None)
+        if fn is None:
+            return [s[-1] for s in self._call(self.scorer.score_steps, trajs)]
+        return list(self._call(fn, trajs))
+
+    def _call(self, fn: Any, trajs: list[Trajectory]) -> Any:
         try:
-            return self.scorer.score_steps(trajs, batch_size=self.batch_size)
+            return fn(trajs, batch_size=self.batch_size)
         except TypeError:  # a scorer without a batch_size argument (e.g. a user function)
-            return self.scorer.score_steps(trajs)
+            return fn(trajs)
 
 
 def load_scorer(spec: str, token: str | None = None, timeout_s: float = 60.0) -> Any:

@@ -7,6 +7,8 @@ Endpoints (JSON in, JSON out):
     GET  /v1/info           the model's kind, context length and name
     POST /v1/score          {"trajectories": [Trajectory dicts]} ->
                             {"scores": [float], "step_scores": [[float | null]]}
+                            with "last_only": true, only "scores" (each trajectory's
+                            last step; one sequence each, as search evaluators need)
 
 Same security defaults as the env servers: every route but `/health` needs
 `Authorization: Bearer <token>`; the token comes from `--token`, else the `ARBORL_TOKEN`
@@ -48,6 +50,7 @@ def resolve_token(token: str | None) -> tuple[str, bool]:
 class ScoreRequest(BaseModel):
     trajectories: list[dict[str, Any]] = Field(min_length=1)
     batch_size: int | None = Field(default=None, ge=1, le=1024)
+    last_only: bool = False
 
 
 class RMServerError(Exception):
@@ -130,6 +133,9 @@ def create_app(
                 raise RMServerError(400, f"trajectories[{i}] has no steps; nothing to score")
             trajs.append(traj)
         with lock:
+            if req.last_only:
+                last = model.score(trajs, batch_size=req.batch_size or batch_size)
+                return {"scores": [_finite(x) for x in last]}
             steps = model.score_steps(trajs, batch_size=req.batch_size or batch_size)
         return {
             "scores": [_finite(s[-1]) for s in steps],

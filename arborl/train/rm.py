@@ -93,7 +93,7 @@ def evaluate_steps(model: RewardModel, records: Sequence[StepLabels], batch_size
         (sigmoid(s), y)
         for rec, ss in zip(records, steps)
         for s, y in zip(ss, rec.labels)
-        if not math.isnan(s)
+        if not math.isnan(s) and not math.isnan(y)
     ]
     if not points:
         raise ValueError("no scorable steps in the step-label records")
@@ -131,10 +131,12 @@ def plot_calibration(curves: dict[str, list[tuple[float, float]]], path: str | P
 
 
 def evaluate_file(model: RewardModel, kind: str, path: str, batch_size: int = 32):
-    """`evaluate_pairs` or `evaluate_steps` on a file of records of `kind`."""
+    """`evaluate_pairs` or `evaluate_steps` on the records of `kind` in `path` (one file
+    or several, comma-separated)."""
+    records = _load_records(kind, path)
     if kind == "orm":
-        return evaluate_pairs(model, read_pairs(path), batch_size)
-    return evaluate_steps(model, read_step_labels(path), batch_size)
+        return evaluate_pairs(model, records, batch_size)
+    return evaluate_steps(model, records, batch_size)
 
 
 # --- training -------------------------------------------------------------------------------
@@ -156,10 +158,12 @@ def _prm_batch(model: RewardModel, enc: list, idx: list[int], cfg: RMTrainConfig
     """enc[i] = (EncodedTrajectory, its per-step labels)."""
     batch = collate([enc[i][0] for i in idx], model.tokenizer.pad_token_id)
     scores, valid = model.step_scores(batch)  # (B, S)
-    labels = torch.zeros_like(scores)
+    labels = torch.full_like(scores, math.nan)
     for r, i in enumerate(idx):
         n = len(enc[i][1])
         labels[r, :n] = torch.tensor(enc[i][1][: scores.shape[1]])
+    valid = valid & ~labels.isnan()  # context-only steps (NaN labels) carry no loss
+    labels = labels.nan_to_num(0.0)
     loss = step_label_loss(scores, labels, valid)
     hit = ((scores >= 0) == (labels >= 0.5)) & valid
     acc = float(hit.sum()) / max(1, int(valid.sum()))
@@ -176,14 +180,21 @@ def _encode_records(model: RewardModel, kind: str, records: list) -> list:
     if not model.max_history_steps:
         return list(zip(model.encode([r.trajectory for r in records]), [r.labels for r in records]))
     prefixes = [(q, r.labels[: t + 1]) for r in records
-                for t, q in enumerate(step_prefixes(r.trajectory))]  # fmt: skip
+                for t, q in enumerate(step_prefixes(r.trajectory))
+                if not math.isnan(r.labels[t])]  # fmt: skip
     return list(zip(model.encode([q for q, _ in prefixes]), [lab for _, lab in prefixes]))
 
 
-def _load_records(kind: str, path: str) -> list:
-    records = read_pairs(path) if kind == "orm" else read_step_labels(path)
+def _load_records(kind: str, paths: str) -> list:
+    """Records of every file in `paths` (comma-separated)."""
+    records = []
+    for path in [p.strip() for p in paths.split(",") if p.strip()]:
+        got = read_pairs(path) if kind == "orm" else read_step_labels(path)
+        if not got:
+            raise ValueError(f"{path} holds no records; make some with `arborl rm data`")
+        records += got
     if not records:
-        raise ValueError(f"{path} holds no records; make some with `arborl rm data`")
+        raise ValueError(f"data={paths!r} names no file; pass --data FILE[,FILE...]")
     return records
 
 
@@ -250,7 +261,9 @@ def train_reward_model(cfg: RMTrainConfig) -> dict:
 
         final = fit_reward_model(model, records, cfg, on_step)
     train_s = time.perf_counter() - t0
-    model_dir = model.save_pretrained(out / "model", extra={"trained_on": Path(cfg.data).name})
+    model_dir = model.save_pretrained(
+        out / "model", extra={"trained_on": ",".join(Path(x).name for x in cfg.data.split(","))}
+    )
     summary = {"kind": cfg.kind, "num_records": len(records), "steps": cfg.steps,
                "train_s": round(train_s, 1), "final": final, "model": str(model_dir)}  # fmt: skip
     if cfg.eval_data:

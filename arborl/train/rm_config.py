@@ -17,7 +17,8 @@ class RMTrainConfig:
     kind: Literal["orm", "prm"] = "orm"
     """orm: outcome RM on preference pairs (Bradley-Terry); prm: process RM on step labels."""
     data: str = ""
-    """Training records from `arborl rm data`: pairs (.jsonl) for orm, step labels for prm."""
+    """Training records from `arborl rm data`: pairs (.jsonl) for orm, step labels for prm;
+    several files joined with commas (`steps.jsonl,siblings.jsonl`)."""
     eval_data: str | None = None
     """Held-out records of the same kind, evaluated at the end (and every `eval_every`)."""
     model: str = "tiny-0.1m"

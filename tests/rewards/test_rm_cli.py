@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -41,13 +42,17 @@ def folder(tmp_path_factory):
 
 def test_data_train_eval_then_rl_with_the_rm_reward(folder, tmp_path, capsys):
     pairs, steps = tmp_path / "pairs.jsonl", tmp_path / "steps.jsonl"
+    siblings = tmp_path / "siblings.jsonl"
     code = main(["rm", "data", str(folder), "--pairs", str(pairs), "--steps", str(steps),
+                 "--sibling-steps", str(siblings),
                  "--policy", "mixed:0.5", "--num-rollouts", "2", "--max-trajectories", "3",
                  "--env-kwargs", '{"short_actions": true}'])  # fmt: skip
     assert code == 0
     assert "read 16 trajectories" in capsys.readouterr().out
     assert len(read_pairs(pairs)) > 0 and len(read_step_labels(steps)) == 3
-    for kind, data in (("orm", pairs), ("prm", steps)):
+    sib = read_step_labels(siblings)
+    assert len(sib) >= 3 * 3 and all(math.isnan(r.labels[0]) for r in sib if len(r.labels) > 1)
+    for kind, data in (("orm", pairs), ("prm", f"{steps},{siblings}")):
         code = main(["rm", "train", "--kind", kind, "--data", str(data), "--eval-data", str(data),
                      "--steps", "3", "--max-length", "64", "--out", str(tmp_path / kind)])  # fmt: skip
         assert code == 0

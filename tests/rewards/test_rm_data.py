@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from arborl.data.trajectory import Step, Trajectory
 from arborl.envs import make
+from arborl.envs.maze import MazeEnv
 from arborl.rewards.rm_data import (
     MixedPolicy,
     PreferencePair,
     StepLabels,
     build_preference_pairs,
     make_data_policy,
+    monte_carlo_sibling_labels,
     monte_carlo_step_labels,
     read_pairs,
     read_step_labels,
@@ -132,6 +136,52 @@ def test_mc_labels_are_success_rates_and_exact_at_the_end():
     assert again.labels == mixed.labels  # seeded
 
 
+def _sibling_table(recs, t):
+    """{(step, action): label} of sibling records, checking each record's shape."""
+    got = {}
+    for r in recs:
+        i = r.trajectory.num_steps - 1
+        assert r.trajectory.steps[:i] == t.steps[:i]  # the taken prefix, then the sibling
+        assert r.trajectory.steps[i].action != t.steps[i].action
+        assert all(math.isnan(x) for x in r.labels[:i])  # context only
+        assert r.trajectory.meta["final_observation"]  # scored after the state it led to
+        got[(i, r.trajectory.steps[i].action)] = r.labels[i]
+    return got
+
+
+def test_sibling_labels_match_bfs_reachability_of_the_untaken_moves():
+    (t,) = _maze_trajs(RandomPolicy(5), 1, seed=11)  # a random walk that timed out
+    env = make("arborl/Maze-v0", **KW)
+    expected, first_seen = {}, {}
+    obs, info = env.reset(seed=t.seed, options={"split": "train"})
+    for i, step in enumerate(t.steps):
+        first_seen.setdefault(obs, i)
+        for a in info["available_actions"]:
+            if a != step.action:
+                probe = make("arborl/Maze-v0", **KW)
+                probe.restore(env.snapshot())
+                _, _, _, _, pinfo = probe.step(a)
+                dist = probe._goal_distances()[tuple(probe.pos)]
+                # the oracle wins iff the distance fits the turns left after this move
+                fits = dist <= probe.max_turns - (i + 1) and i + 1 < probe.max_turns
+                expected[(i, a)] = 1.0 if pinfo.get("won") or fits else 0.0
+        obs, _, _, _, info = env.step(step.action)
+    every = monte_carlo_sibling_labels([t], OraclePolicy(), KW, 2, dedupe_states=False)
+    assert _sibling_table(every, t) == expected and len(every) == 3 * t.num_steps
+    assert 0 < sum(expected.values()) < len(expected)  # the check is not vacuous
+    deduped = _sibling_table(monte_carlo_sibling_labels([t], OraclePolicy(), KW, 2), t)
+    firsts = set(first_seen.values())
+    assert deduped == {k: v for k, v in expected.items() if k[0] in firsts}
+    assert len(firsts) < t.num_steps  # the walk revisited states
+
+
+def test_sibling_labels_need_available_actions(monkeypatch):
+    (t,) = _maze_trajs(RandomPolicy(5), 1, seed=11)
+    monkeypatch.setattr(MazeEnv, "_available_actions", lambda self: None)
+    with pytest.raises(ValueError, match="available_actions"):
+        monte_carlo_sibling_labels([t], OraclePolicy(), KW)
+
+
 def test_data_policy_specs():
     assert make_data_policy("mixed:0.25").p_oracle == 0.25
     assert make_data_policy("oracle").name == "oracle"
@@ -145,6 +195,10 @@ def test_jsonl_round_trip(tmp_path):
     p1, p2 = write_jsonl(tmp_path / "p.jsonl", pairs), write_jsonl(tmp_path / "s.jsonl", labels)
     assert [p.to_dict() for p in read_pairs(p1)] == [p.to_dict() for p in pairs]
     assert read_step_labels(p2)[0].labels == [0.5, 1.0]
+    context = [StepLabels(traj("a", "ud", 1.0), [math.nan, 0.25], [0, 4])]
+    assert '"labels": [null, 0.25]' in write_jsonl(tmp_path / "c.jsonl", context).read_text()
+    back = read_step_labels(tmp_path / "c.jsonl")[0].labels
+    assert math.isnan(back[0]) and back[1] == 0.25
     (tmp_path / "bad.jsonl").write_text('{"task_id": "a"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         read_pairs(tmp_path / "bad.jsonl")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from arborl.envs import make
@@ -42,6 +44,18 @@ def test_scores_are_sigmoid_of_the_model_in_one_batch(prm):
     assert RewardModelEvaluator(prm, use_env_outcome=False).score(views[3:4], seed=0) != [1.0]
     with pytest.raises(TypeError, match="score_steps"):
         RewardModelEvaluator(object())
+
+
+def test_history_limited_prm_scores_one_sequence_per_node():
+    prm = RewardModel.from_spec("tiny-0.1m", "prm", max_length=128, seed=4, max_history_steps=1)
+    rows = []
+    hook = prm.register_forward_hook(lambda _m, args, _o: rows.append(args[0].shape[0]))
+    views = [view(("u", "d", "l", "r")), view(("u", "u", "d"))]
+    scores = RewardModelEvaluator(prm).score(views, seed=0)
+    hook.remove()
+    full = prm.score_steps([view_to_trajectory(v) for v in views])
+    assert scores == pytest.approx([1 / (1 + math.exp(-s[-1])) for s in full], abs=1e-6)
+    assert rows[0] == 2  # two nodes, two sequences (score_steps would send 4 + 3)
 
 
 @pytest.mark.parametrize(

@@ -188,3 +188,20 @@ def test_orm_learns_a_preference_and_prm_learns_step_labels():
     assert m["step_accuracy"] == 1.0 and m["step_brier"] < 0.1
     with pytest.raises(ValueError, match="kind"):
         fit_reward_model(prm, pairs, RMTrainConfig(kind="orm", data="-", steps=1))
+
+
+@pytest.mark.parametrize("window", [None, 1])
+def test_context_only_steps_carry_no_loss(window):
+    # The first step's NaN label is context: a PRM learns the labelled last steps only,
+    # whether it reads whole trajectories or one-step windows.
+    nan = float("nan")
+    recs = [
+        StepLabels(traj(a), [nan, 1.0 if a[1] == "u" else 0.0]) for a in ("uu", "du", "ud", "dd")
+    ]
+    prm = RewardModel.from_spec("tiny-0.1m", "prm", max_length=64, include_instruction=False,
+                                max_history_steps=window)  # fmt: skip
+    cfg = RMTrainConfig(kind="prm", data="-", steps=40, batch_size=4, lr=3e-3, warmup_steps=2)
+    stats = fit_reward_model(prm, recs, cfg)
+    assert math.isfinite(stats["rm/loss"])
+    m, points = evaluate_steps(prm, recs)
+    assert m["num_steps"] == 4 and m["step_accuracy"] == 1.0  # only the labelled steps

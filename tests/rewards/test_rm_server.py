@@ -101,9 +101,11 @@ def test_client_scores_like_the_local_model(server):
     with RMClient(url, token=token, max_per_request=2) as client:  # 3 requests of <= 2
         assert client.kind == "prm"
         remote = client.score_steps(trajs)
+        last = client.score(trajs)  # last_only: the server scores one step each
     local = model.score_steps(trajs)
     for r, loc in zip(remote, local):
         assert r == pytest.approx(loc, abs=1e-5)
+    assert last == pytest.approx([s[-1] for s in local], abs=1e-5)
     with pytest.raises(RMClientError, match="401.*ARBORL_TOKEN"):
         RMClient(url, token="nope").score(trajs[:1])
     with pytest.raises(RMClientError, match="unreachable"):
