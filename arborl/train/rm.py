@@ -53,6 +53,27 @@ def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> flo
     return wins / len(chosen)
 
 
+def roc_auc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
+    """Probability that a random positive outscores a random negative (ties 0.5), from
+    ranks in O(n log n); None when one class is empty."""
+    n_pos = sum(1 for y in positive if y)
+    n_neg = len(positive) - n_pos
+    if not n_pos or not n_neg:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):  # average ranks (1-based) over runs of equal scores
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    pos_rank_sum = sum(r for r, y in zip(ranks, positive) if y)
+    return (pos_rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
 def sigmoid(x: float) -> float:
     return 0.5 * (1.0 + math.tanh(0.5 * x))
 
@@ -86,8 +107,9 @@ def evaluate_pairs(model: RewardModel, pairs: Sequence[PreferencePair], batch_si
 
 
 def evaluate_steps(model: RewardModel, records: Sequence[StepLabels], batch_size: int = 32):
-    """Per-step accuracy, Brier score and mean absolute error against the MC labels, and
-    the (probability, label) points."""
+    """Per-step accuracy, Brier score, mean absolute error and ROC AUC (label >= 0.5 as the
+    positive class; None if all labels fall on one side) against the MC labels, and the
+    (probability, label) points."""
     steps = model.score_steps([r.trajectory for r in records], batch_size)
     points = [
         (sigmoid(s), y)
@@ -101,7 +123,9 @@ def evaluate_steps(model: RewardModel, records: Sequence[StepLabels], batch_size
     acc = sum((p >= 0.5) == (y >= 0.5) for p, y in points) / n
     brier = sum((p - y) ** 2 for p, y in points) / n
     mae = sum(abs(p - y) for p, y in points) / n
-    return {"step_accuracy": acc, "step_brier": brier, "step_mae": mae, "num_steps": n}, points
+    auc = roc_auc([p for p, _ in points], [y >= 0.5 for _, y in points])
+    metrics = {"step_accuracy": acc, "step_brier": brier, "step_mae": mae, "step_auc": auc}
+    return {**metrics, "num_steps": n}, points
 
 
 def plot_calibration(curves: dict[str, list[tuple[float, float]]], path: str | Path) -> Path:

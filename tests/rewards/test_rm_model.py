@@ -26,6 +26,7 @@ from arborl.train.rm import (
     fit_reward_model,
     pairwise_accuracy,
     reliability_bins,
+    roc_auc,
 )
 from arborl.train.rm_config import RMTrainConfig
 
@@ -58,6 +59,14 @@ def test_pairwise_accuracy_and_bins_by_hand():
     bins = reliability_bins([0.05, 0.15, 0.12], [1.0, 0.0, 1.0], num_bins=10)
     assert bins[0]["n"] == 1 and bins[1]["n"] == 2
     assert bins[1]["pred"] == pytest.approx(0.135) and bins[1]["target"] == pytest.approx(0.5)
+
+
+def test_roc_auc_by_hand():
+    # positives 0.9, 0.4; negatives 0.5, 0.4, 0.1: pairs won 3 + 1 + 0.5 (tie) of 6
+    assert roc_auc([0.9, 0.5, 0.4, 0.4, 0.1], [True, False, True, False, False]) == pytest.approx(
+        4.5 / 6
+    )
+    assert roc_auc([0.1, 0.2], [True, True]) is None
 
 
 @pytest.fixture(scope="module")
