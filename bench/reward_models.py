@@ -3,22 +3,28 @@ RL with an RM reward, all from the agent's own trajectories.
 
 1. A quick SFT policy (`arborl sft`, tiny-1m on oracle demos) plays train-split and
    test-split tasks, several episodes per task. Preference pairs come from train tasks
-   only; an outcome RM (tiny-0.1m, Bradley-Terry) is trained on them and scored on pairs
-   of the unseen test tasks (pairwise accuracy, target >= 0.85).
+   only; an outcome RM (Bradley-Terry) is trained on them and scored on pairs of the
+   unseen test tasks (pairwise accuracy, target >= 0.85).
 2. Monte-Carlo step labels (the SFT policy rolled out K times after each step) train a
-   process RM; per-step accuracy is measured on test-task labels. Both RMs start from
-   the SFT policy's body and see the last step only (Maze is Markov).
+   process RM; per-step accuracy is measured on test-task labels. The PRM's training
+   trajectories are one episode each of many train tasks (`prm_task_seeds` x
+   `prm_tasks_per_seed`): with several episodes of few tasks, a small PRM learns which
+   mazes are hard instead of which steps are. Both RMs start from the SFT policy's body
+   and see the last step only (Maze is Markov).
 3. On held-out test tasks, PRM-guided beam search (`arborl.search` `beam-prm`, the PRM as
    evaluator through `RewardModelEvaluator`) against unguided sampling (`best-of-n`:
-   independent episodes until the budget is spent) and the same beam search with random
-   scores, at equal budgets of generated tokens. A task counts as solved when the env
+   independent episodes until the budget is spent) at equal budgets of generated tokens
+   (N = budget / 32 beams, M = 2: one full-depth beam pass per budget), with three
+   controls for the same beam search: random scores, a no-op filter (0 when the step left
+   the observation unchanged, else 1) and the BFS-distance heuristic (`maze_value`, which
+   reads the grid: a ceiling, not a learned model). A task counts as solved when the env
    reports a win within the budget (the env's own signal, available to every method).
 4. RL from the SFT policy with env reward only vs env + PRM reward (`reward.sources.rm`),
    same seed, same number of RL steps, evaluated on the same held-out tasks.
 
 Artifacts go to `bench/work/reward_models/` (reused when present; `--fresh` redoes them).
 
-    python bench/reward_models.py                  # everything (~45 min on 2 cores at load ~12)
+    python bench/reward_models.py                  # everything (~45 min on 2 cores)
     python bench/reward_models.py --phases orm prm # a subset
     python bench/reward_models.py --quick          # toy sizes, for a smoke test
 """
@@ -60,15 +66,17 @@ ENV = "arborl/Maze-v0"
 ENV_KWARGS = {"short_actions": True}
 PHASES = ("data", "orm", "prm", "search", "train")
 FULL = {
-    "sft_steps": 300, "train_tasks": 96, "test_tasks": 48, "group_size": 8,
-    "rm_steps": 300, "mc_trajectories": 96, "mc_test_trajectories": 48, "mc_rollouts": 4,
-    "search_tasks": 40, "budgets": [32, 64, 128], "rl_steps": 15, "rl_eval": 300,
-    "history_steps": 1,
+    "sft_steps": 300, "train_tasks": 256, "test_tasks": 48, "group_size": 8,
+    "rm_steps": 300, "prm_steps": 1500, "prm_task_seeds": [1000, 3000],
+    "prm_tasks_per_seed": 1024, "mc_rollouts": 4, "mc_test_trajectories": 96,
+    "mc_test_rollouts": 8, "search_tasks": 200, "budgets": [64, 128], "rl_steps": 15,
+    "rl_eval": 300, "history_steps": 1,
 }  # fmt: skip
 QUICK = {
     "sft_steps": 20, "train_tasks": 6, "test_tasks": 4, "group_size": 4,
-    "rm_steps": 5, "mc_trajectories": 4, "mc_test_trajectories": 4, "mc_rollouts": 2,
-    "search_tasks": 2, "budgets": [16], "rl_steps": 1, "rl_eval": 8, "history_steps": 1,
+    "rm_steps": 5, "prm_steps": 5, "prm_task_seeds": [1000], "prm_tasks_per_seed": 4,
+    "mc_rollouts": 2, "mc_test_trajectories": 4, "mc_test_rollouts": 2,
+    "search_tasks": 2, "budgets": [64], "rl_steps": 1, "rl_eval": 8, "history_steps": 1,
 }  # fmt: skip
 
 
@@ -107,18 +115,29 @@ def phase_data(work: Path, p: dict, policy_dir: Path) -> dict:
         write_jsonl(work / f"{split}_pairs.jsonl", pairs)
         out[split] = {"episodes": len(res.trajectories), "success": res.stats["success_rate"],
                       "pairs": len(pairs), "tasks_with_pairs": len({q.task_id for q in pairs})}  # fmt: skip
-        # MC labels on a spread of trajectories (one per task first, then the rest).
-        key = "mc_trajectories" if split == "train" else "mc_test_trajectories"
-        trajs = sorted(res.trajectories, key=lambda t: int(t.meta["traj_id"].rsplit("-", 1)[1]))
-        t0 = time.perf_counter()
-        mc_policy, *_ = lm_policy(policy_dir, seed=2 if split == "train" else 3)
-        labels = monte_carlo_step_labels(
-            trajs[: p[key]], mc_policy, ENV_KWARGS, p["mc_rollouts"], max_envs=512
-        )
-        write_jsonl(work / f"{split}_steps.jsonl", labels)
-        out[split]["mc_trajectories"] = len(labels)
-        out[split]["mc_steps"] = sum(len(r.labels) for r in labels)
-        out[split]["mc_s"] = round(time.perf_counter() - t0, 1)
+    # Test-task MC labels (evaluation only), on a spread of test trajectories.
+    trajs = read_trajectories(work / "test_trajectories.jsonl")
+    trajs = sorted(trajs, key=lambda t: int(t.meta["traj_id"].rsplit("-", 1)[1]))
+    t0 = time.perf_counter()
+    mc_policy, *_ = lm_policy(policy_dir, seed=3)
+    labels = monte_carlo_step_labels(trajs[: p["mc_test_trajectories"]], mc_policy, ENV_KWARGS,
+                                     p["mc_test_rollouts"], max_envs=512)  # fmt: skip
+    write_jsonl(work / "test_steps.jsonl", labels)
+    out["test"].update(mc_trajectories=len(labels), mc_steps=sum(len(r.labels) for r in labels),
+                       mc_s=round(time.perf_counter() - t0, 1))  # fmt: skip
+    # PRM training labels: one episode on each of many train tasks.
+    t0, records = time.perf_counter(), []
+    for seed in p["prm_task_seeds"]:
+        policy, *_ = lm_policy(policy_dir, seed=seed)
+        cfg = RolloutConfig(group_size=1, seed=seed)
+        tasks = draw_seeds(p["prm_tasks_per_seed"], seed)
+        res = run_episodes_with_policy(policy, ENV, tasks, cfg, "train", ENV_KWARGS)
+        mc_policy, *_ = lm_policy(policy_dir, seed=seed + 1)
+        records += monte_carlo_step_labels(res.trajectories, mc_policy, ENV_KWARGS,
+                                           p["mc_rollouts"], max_envs=512)  # fmt: skip
+    write_jsonl(work / "train_steps.jsonl", records)
+    out["train"].update(mc_trajectories=len(records), mc_steps=sum(len(r.labels) for r in records),
+                        mc_s=round(time.perf_counter() - t0, 1))  # fmt: skip
     return out
 
 
@@ -132,7 +151,8 @@ def summarize_data(work: Path) -> dict:
         out[split] = {"episodes": len(trajs), "success": sum(t.won for t in trajs) / len(trajs),
                       "pairs": len(pairs), "tasks_with_pairs": len({q.task_id for q in pairs}),
                       "mc_trajectories": len(labels),
-                      "mc_steps": sum(len(r.labels) for r in labels)}  # fmt: skip
+                      "mc_steps": sum(len(r.labels) for r in labels),
+                      "mc_tasks": len({r.trajectory.task_id for r in labels})}  # fmt: skip
     return out
 
 
@@ -144,7 +164,8 @@ def train_rm(work: Path, kind: str, records: list, p: dict, name: str) -> Reward
     init = str(work / "sft" / "checkpoints" / "sft" / "policy")
     model = RewardModel.from_spec(init, kind, max_length=256, include_instruction=False,
                                   max_history_steps=p["history_steps"])  # fmt: skip
-    cfg = RMTrainConfig(kind=kind, data="-", steps=p["rm_steps"], batch_size=32, lr=1e-3)
+    steps = p["rm_steps"] if kind == "orm" else p["prm_steps"]
+    cfg = RMTrainConfig(kind=kind, data="-", steps=steps, batch_size=32, lr=1e-3)
     fit_reward_model(model, records, cfg)
     model.save_pretrained(work / name)
     return model
@@ -183,26 +204,40 @@ def phase_prm(work: Path, p: dict, plots: Path) -> dict:
     return {"train_trajectories": len(train), "test_steps": m_test["num_steps"],
             "train_s": train_s, "train_step_accuracy": m_train["step_accuracy"],
             "test_step_accuracy": m_test["step_accuracy"], "test_brier": m_test["step_brier"],
+            "test_step_auc": m_test["step_auc"], "train_step_auc": m_train["step_auc"],
             "test_majority_baseline": max(base, 1 - base)}  # fmt: skip
 
 
+def noop_filter(view) -> float:
+    """0 when the node's step left the observation unchanged (a move into a wall), else 1."""
+    return 0.0 if view.history and view.history[-1][0] == view.observation else 1.0
+
+
 def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
-    """Solve rate at equal token budgets: unguided sampling, beam+random, beam+PRM."""
+    """Solve rate at equal token budgets: unguided sampling vs beam search scored by the
+    PRM, by random numbers, by a no-op filter, and by the BFS heuristic (a ceiling)."""
     from arborl.search import Budget, FunctionEvaluator, LMProposer, Problem, run
+    from arborl.search.evaluators import maze_value
 
     _, backend, tok, agent = lm_policy(policy_dir, seed=4)
-    proposer = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0)
+    # oversample=1: every generated token is a candidate step (sampling's k=1 wastes none)
+    proposer = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0, oversample=1)
     prm = RewardModelEvaluator(RewardModel.from_pretrained(work / "prm"), name="prm")
     rng = random.Random(0)
-    noise = FunctionEvaluator(lambda v: rng.random(), name="random")
-    methods = {
-        "sampling (best-of-n, unguided)": ("best-of-n", {"n": 10_000}, None),
-        "beam N=2 M=2, random scores": ("beam-prm", {"num_beams": 2, "beam_width": 2}, noise),
-        "beam-prm N=2 M=2 (PRM)": ("beam-prm", {"num_beams": 2, "beam_width": 2}, prm),
+    evaluators = {
+        "PRM": prm,
+        "random scores": FunctionEvaluator(lambda v: rng.random(), name="random"),
+        "no-op filter": FunctionEvaluator(noop_filter, name="noop"),
+        "BFS heuristic (ceiling)": FunctionEvaluator(maze_value, name="bfs"),
     }
     seeds = draw_seeds(p["search_tasks"], 777)
-    rows: dict[str, dict[str, float]] = {m: {} for m in methods}
+    rows: dict[str, dict[str, float]] = {}
     for budget in p["budgets"]:
+        beams = max(2, budget // 32)  # 2 tokens a step, 16 steps: one full-depth pass
+        methods = {"sampling (best-of-n, unguided)": ("best-of-n", {"n": 10_000}, None)}
+        for label, ev in evaluators.items():
+            methods[f"beam-prm M=2, {label}"] = ("beam-prm", {"num_beams": beams,
+                                                               "beam_width": 2}, ev)  # fmt: skip
         for name, (algo, params, evaluator) in methods.items():
             wins, tokens, t0 = 0, 0, time.perf_counter()
             for i, s in enumerate(seeds):
@@ -211,9 +246,11 @@ def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
                 res = run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params)
                 wins += int(res.won)
                 tokens += int(res.stats.get("tokens", 0))
-            rows[name][str(budget)] = wins / len(seeds)
-            rows[name][f"tokens_{budget}"] = tokens / len(seeds)
-            rows[name][f"wall_s_{budget}"] = round(time.perf_counter() - t0, 1)
+            row = rows.setdefault(name, {})
+            row[str(budget)] = wins / len(seeds)
+            row[f"num_beams_{budget}"] = beams if algo == "beam-prm" else None
+            row[f"tokens_{budget}"] = tokens / len(seeds)
+            row[f"wall_s_{budget}"] = round(time.perf_counter() - t0, 1)
             print(f"  search budget={budget} {name}: {wins}/{len(seeds)}", flush=True)
     return {"tasks": len(seeds), "budgets": p["budgets"], "solve_rate": rows}
 
@@ -255,9 +292,9 @@ def print_tables(result: dict) -> None:
                             ["test tasks", o["test_pairs"], o["test_pairwise_accuracy"]]]))  # fmt: skip
     if "prm" in result:
         r = result["prm"]
-        print(format_table(["PRM", "step acc", "brier", "majority"],
+        print(format_table(["PRM", "step acc", "brier", "AUC", "majority"],
                            [["test steps", r["test_step_accuracy"], r["test_brier"],
-                             r["test_majority_baseline"]]]))  # fmt: skip
+                             r.get("test_step_auc"), r["test_majority_baseline"]]]))  # fmt: skip
     if "search" in result:
         s = result["search"]
         rows = [[m, *[v[str(b)] for b in s["budgets"]]] for m, v in s["solve_rate"].items()]
@@ -295,7 +332,7 @@ def main() -> None:
     policy_dir = sft_policy(work, p, args.fresh)
     if "data" in args.phases or not (work / "train_pairs.jsonl").exists() or args.fresh:
         result["data"] = phase_data(work, p, policy_dir)
-    if "data" not in result:
+    else:  # figures of the files on disk, not of an older results file
         result["data"] = summarize_data(work)
     if "orm" in args.phases:
         result["orm"] = phase_orm(work, p, plots)
