@@ -97,6 +97,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-html", action="store_true", help="do not write the HTML tree view")
     p.add_argument("--temperature", type=float, default=1.0, help="policy sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=16, help="tokens per proposed action")
+    p.add_argument("--distinct", action="store_true",
+                   help="policy proposer: draw a node's candidates one at a time, each barred "
+                   "from an earlier one's first token (k different actions for k samples' "
+                   "tokens; in-process HF policies only)")  # fmt: skip
     p.add_argument("--tokenizer", default=None, help="tokenizer (preset or dir) for a URL policy")
     p.set_defaults(func=run)
 
@@ -135,6 +139,7 @@ def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
             agent_cfg=agent,
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
+            distinct=getattr(args, "distinct", False),
         )
     else:
         proposer = make_proposer("actions")

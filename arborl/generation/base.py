@@ -27,6 +27,11 @@ class SamplingParams:
     """Stop strings: generation of a row ends once its text contains one (kept in output)."""
     seed: int | None = None
     """Seed for this call; None draws from the backend's own generator."""
+    banned_first_tokens: list[int] = field(default_factory=list)
+    """Token ids the *first* generated token may not be (later tokens are unrestricted):
+    sampling without replacement across calls, e.g. k distinct one-token actions for k
+    samples' cost. Logprobs stay those of the full distribution (as with top-k/top-p).
+    Only the in-process HF backend supports it; the others raise."""
 
 
 @dataclass

@@ -40,12 +40,31 @@ def check_params(params: SamplingParams) -> None:
         raise ValueError(f"SamplingParams.top_k={params.top_k} must be >= 0 (0 disables)")
     if any(not s for s in params.stop):
         raise ValueError(f"SamplingParams.stop={params.stop!r} contains an empty string")
+    if any(not isinstance(t, int) or t < 0 for t in params.banned_first_tokens):
+        raise ValueError(
+            f"SamplingParams.banned_first_tokens={params.banned_first_tokens!r} must be "
+            "non-negative token ids"
+        )
+
+
+def refuse_banned_first_tokens(params: SamplingParams, backend: str) -> None:
+    """Backends that cannot restrict only the first token say so instead of ignoring it."""
+    if params.banned_first_tokens:
+        raise ValueError(
+            f"SamplingParams.banned_first_tokens is not supported by the {backend} backend "
+            "(it cannot restrict only the first token); use the in-process HF backend, or "
+            "a proposer without distinct=True"
+        )
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    uniforms: torch.Tensor | None = None,
+    banned: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, V) logits and (B,) uniforms in [0, 1) -> (B,) chosen ids and (B,) logprobs.
+    `banned` ids are never chosen (their logprob stays in the full distribution's).
 
     Sampling is by inverse CDF with one uniform per row, so a row's draw never depends on
     which other rows share its batch. The logprob is log_softmax(logits / temperature) at
@@ -53,15 +72,18 @@ def sample_next(
     number training recomputes from the full distribution, not the renormalised one.
     """
     logits = logits.float()
+    if banned and len(banned) >= logits.shape[-1]:
+        raise ValueError(f"all {logits.shape[-1]} token ids are banned; nothing to sample")
     if params.temperature == 0:
-        chosen = logits.argmax(dim=-1)  # (B,)
         logp = torch.log_softmax(logits, dim=-1)
+        allowed = logits.index_fill(-1, _ids(banned, logits), float("-inf")) if banned else logits
+        chosen = allowed.argmax(dim=-1)  # (B,)
         return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
     if uniforms is None:
         raise ValueError("sample_next needs uniforms when temperature > 0")
     scaled = logits / params.temperature if params.temperature != 1.0 else logits  # (B, V)
     logp = torch.log_softmax(scaled, dim=-1)
-    filtered = scaled
+    filtered = scaled.index_fill(-1, _ids(banned, scaled), float("-inf")) if banned else scaled
     if 0 < params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # (B, 1)
         filtered = filtered.masked_fill(filtered < kth, float("-inf"))
@@ -79,6 +101,10 @@ def sample_next(
     target = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
     chosen = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
     return chosen, logp.gather(-1, chosen[:, None]).squeeze(-1)
+
+
+def _ids(ids: list[int] | None, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(ids or [], dtype=torch.long, device=like.device)
 
 
 def row_uniforms(base_seed: int, num_rows: int, num_steps: int) -> torch.Tensor:
@@ -227,7 +253,8 @@ class HFBackend:
         step = 0
         while True:
             u = uniforms[active, step]  # (b,)
-            chosen, logp = sample_next(logits, params, u)  # (b,), (b,)
+            banned = params.banned_first_tokens if step == 0 else None
+            chosen, logp = sample_next(logits, params, u, banned)  # (b,), (b,)
             step += 1
             is_eos = torch.isin(chosen, eos).tolist() if len(eos) else [False] * len(active)
             keep: list[int] = []

@@ -22,7 +22,7 @@ import httpx
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, SamplingParams
-from arborl.generation.hf import check_params
+from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 
 @dataclass
@@ -66,6 +66,7 @@ class OpenAIBackend:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         check_params(params)
+        refuse_banned_first_tokens(params, "OpenAI-compatible HTTP")
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
             out.extend(self._generate_chunk(prompts[start : start + self.max_batch_size], params))

@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 from arborl.generation.base import Completion, SamplingParams
-from arborl.generation.hf import check_params
+from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 INSTALL_HINT = "vLLM is not installed; install it with `pip install 'arborl[vllm]'` (needs a GPU)"
 
@@ -38,6 +38,7 @@ class VLLMBackend:
         self.tokenizer = self.llm.get_tokenizer()
 
     def _sampling_params(self, params: SamplingParams) -> Any:
+        refuse_banned_first_tokens(params, "vLLM")
         return self._vllm.SamplingParams(
             n=1,
             max_tokens=params.max_new_tokens,

@@ -8,7 +8,11 @@
   the agent's memory) in one `generate` call, and keeps the first k distinct actions,
   with their tokens and logprobs so that search trees can be trained on. DFSDT's
   diversity: actions in `avoid` are dropped, and `diversity_note` (if set) puts the tried
-  actions in the prompt, as ToolBench's DIVERSITY_PROMPT does.
+  actions in the prompt, as ToolBench's DIVERSITY_PROMPT does. With `distinct=True` the k
+  candidates are drawn one at a time, each barred from starting with an earlier one's
+  first token (sampling without replacement at the first token): a confident policy then
+  still offers k different actions for k samples' tokens, where plain sampling mostly
+  repeats its favourite (HF backend only).
 - `FunctionProposer`: any `fn(view) -> list[str]` (synthetic trees in tests, scripted
   thought generators).
 """
@@ -101,6 +105,7 @@ class LMProposer:
         oversample: int = 2,
         diversity_note: bool = False,
         max_prompt_tokens: int | None = None,
+        distinct: bool = False,
     ) -> None:
         from arborl.agent import AgentConfig
 
@@ -111,6 +116,7 @@ class LMProposer:
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.top_p, self.top_k, self.oversample = top_p, top_k, oversample
         self.diversity_note, self.max_prompt_tokens = diversity_note, max_prompt_tokens
+        self.distinct = distinct
         eos = getattr(backend, "eos_token_ids", None) or [tokenizer.eos_token_id]
         self.eos_ids = {e for e in eos if e is not None}
         self.num_tokens = 0
@@ -150,24 +156,46 @@ class LMProposer:
             m = min(m, max(1, per_view // n))
         return n, m
 
-    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
-        from arborl.agent import parse_action, stop_strings
+    def _params(self, max_new_tokens: int, seed: int, banned: list[int] | None = None):
+        from arborl.agent import stop_strings
         from arborl.generation.base import SamplingParams
 
+        return SamplingParams(
+            max_new_tokens=max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop=stop_strings(self.agent_cfg),
+            seed=int(seed) % (2**62),
+            banned_first_tokens=list(banned or []),
+        )
+
+    def _completions(self, prompt: list[int], n: int, m: int, k: int, seed: int, cap) -> list:
+        """`n` samples of up to `m` tokens; with `distinct`, up to `k` drawn one by one,
+        each barred from an earlier one's first token, within `cap` tokens (None: any)."""
+        if not self.distinct:
+            return self.backend.generate([prompt] * n, self._params(m, seed))
+        out: list = []
+        for j in range(k):
+            if cap is not None and cap < 1:
+                break
+            size = self.max_new_tokens if cap is None else min(self.max_new_tokens, cap)
+            banned = sorted({c.token_ids[0] for c in out if c.token_ids})
+            (c,) = self.backend.generate([prompt], self._params(size, seed + j, banned))
+            out.append(c)
+            cap = None if cap is None else cap - len(c.token_ids)
+        return out
+
+    def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
+        from arborl.agent import parse_action
+
         n, m = self._sizes(len(views), k)
+        cap = None if self.token_cap is None else max(1, self.token_cap // max(1, len(views)))
         out = []
         for i, (v, seed) in enumerate(zip(views, seeds)):
             tried = list(avoid[i]) if avoid else []
             prompt = self.prompt_ids(v, tried)
-            params = SamplingParams(
-                max_new_tokens=m,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=self.top_k,
-                stop=stop_strings(self.agent_cfg),
-                seed=int(seed) % (2**62),
-            )
-            completions = self.backend.generate([prompt] * n, params)
+            completions = self._completions(prompt, n, m, k, int(seed), cap)
             seen, cands = set(tried), []
             for c in completions:
                 ids = list(c.token_ids)

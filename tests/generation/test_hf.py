@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from arborl.generation import BACKENDS, HFBackend, SamplingParams, make_backend, sample_next
+from arborl.generation.hf import refuse_banned_first_tokens
 from arborl.models import load_policy, token_logprobs
 
 
@@ -194,3 +195,26 @@ def test_shared_prompts_prefilled_once_match_unshared(policy, monkeypatch):
         ids = torch.tensor([prompt + out.token_ids])
         scores = token_logprobs(model, ids, temperature=1.0)[0, len(prompt) - 1 :]
         torch.testing.assert_close(scores, torch.tensor(out.logprobs), atol=1e-4, rtol=0)
+
+
+def test_banned_first_tokens_bar_only_the_first_token(policy, backend):
+    _, tok = policy
+    prompt = _prompts(tok)[0]
+    free = backend.generate([prompt] * 16, SamplingParams(max_new_tokens=3, seed=5))
+    banned = sorted({c.token_ids[0] for c in free[:8]})
+    params = SamplingParams(max_new_tokens=3, seed=5, banned_first_tokens=banned)
+    out = backend.generate([prompt] * 16, params)
+    assert all(c.token_ids[0] not in banned for c in out)
+    # logprobs stay those of the full distribution: the first token's is unchanged by the ban
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    chosen, logp = sample_next(logits, SamplingParams(), torch.tensor([0.0]), banned=[0])
+    assert chosen.item() == 1
+    assert logp.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())
+    greedy, _ = sample_next(logits, SamplingParams(temperature=0), banned=[0, 1])
+    assert greedy.item() == 2
+    with pytest.raises(ValueError, match="all 4 token ids are banned"):
+        sample_next(logits, SamplingParams(), torch.tensor([0.5]), banned=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="banned_first_tokens"):
+        backend.generate([prompt], SamplingParams(banned_first_tokens=[-1]))
+    with pytest.raises(ValueError, match="not supported by the vLLM backend"):
+        refuse_banned_first_tokens(SamplingParams(banned_first_tokens=[1]), "vLLM")

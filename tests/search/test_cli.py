@@ -51,7 +51,8 @@ def test_search_writes_result_tree_and_html(tmp_path, capsys):
     assert "won=True" in capsys.readouterr().out
 
 
-def test_search_with_a_tiny_policy(tmp_path):
+@pytest.mark.parametrize("distinct", [False, True])
+def test_search_with_a_tiny_policy(tmp_path, distinct):
     out = tmp_path / "maze.json"
     args = [
         "search",
@@ -72,6 +73,7 @@ def test_search_with_a_tiny_policy(tmp_path):
         "--out",
         str(out),
         "--no-html",
+        *(["--distinct"] if distinct else []),
     ]
     assert main(args) == 0
     doc = json.loads(out.read_text())

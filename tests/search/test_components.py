@@ -117,6 +117,27 @@ def test_lm_proposer_and_judge_with_a_tiny_model():
     assert len(with_note) > len(prop.prompt_ids(NodeView(0, (), "", v.observation)))
 
 
+def test_distinct_lm_proposer_offers_k_actions_where_sampling_repeats_one():
+    from arborl.agent import AgentConfig
+    from arborl.generation import make_backend
+    from arborl.search.base import NodeView
+
+    backend, tok = make_backend("tiny-0.1m", seed=0)
+    agent = AgentConfig(memory="last_k", memory_k=0, include_instruction=False)
+    view = NodeView(0, (), "", E.make("arborl/Maze-v0", short_actions=True).reset(seed=0)[0])
+    # Greedy decoding is the most confident policy: plain sampling repeats one action.
+    plain = LMProposer(backend, tok, agent, max_new_tokens=2, temperature=0, oversample=3)
+    (same,) = plain.propose([view], 3, seeds=[0])
+    distinct = LMProposer(backend, tok, agent, max_new_tokens=2, temperature=0, distinct=True)
+    (cands,) = distinct.propose([view], 3, seeds=[0])
+    assert len(same) == 1 and len(cands) == 3
+    assert len({c.response_ids[0] for c in cands}) == 3 and cands[0].action == same[0].action
+    assert distinct.num_tokens == sum(len(c.response_ids) for c in cands)  # 3 samples' tokens
+    distinct.token_cap = 3  # the budget stops the draws
+    (capped,) = distinct.propose([view], 3, seeds=[0])
+    assert sum(len(c.response_ids) for c in capped) <= 3 and len(capped) < 3
+
+
 def test_html_view_is_self_contained():
     env = E.make("arborl/Game24-v0")
     p = Problem(env, ActionsProposer(), heuristic_evaluator("arborl/Game24-v0"), seed=0)
