@@ -64,19 +64,20 @@ from arborl.train.rm_config import RMTrainConfig
 
 ENV = "arborl/Maze-v0"
 ENV_KWARGS = {"short_actions": True}
-PHASES = ("data", "orm", "prm", "search", "train")
+PHASES = ("data", "orm", "prm", "search", "confirm", "train")
 FULL = {
     "sft_steps": 300, "train_tasks": 256, "test_tasks": 48, "group_size": 8,
     "rm_steps": 300, "prm_steps": 1500, "prm_task_seeds": [1000, 3000],
     "prm_tasks_per_seed": 1024, "mc_rollouts": 4, "mc_test_trajectories": 96,
-    "mc_test_rollouts": 8, "search_tasks": 200, "budgets": [64, 128], "rl_steps": 15,
-    "rl_eval": 300, "history_steps": 1,
+    "mc_test_rollouts": 8, "search_tasks": 200, "budgets": [64, 128], "confirm_tasks": 400,
+    "rl_steps": 15, "rl_eval": 300, "history_steps": 1,
 }  # fmt: skip
 QUICK = {
     "sft_steps": 20, "train_tasks": 6, "test_tasks": 4, "group_size": 4,
     "rm_steps": 5, "prm_steps": 5, "prm_task_seeds": [1000], "prm_tasks_per_seed": 4,
     "mc_rollouts": 2, "mc_test_trajectories": 4, "mc_test_rollouts": 2,
-    "search_tasks": 2, "budgets": [64], "rl_steps": 1, "rl_eval": 8, "history_steps": 1,
+    "search_tasks": 2, "budgets": [64], "confirm_tasks": 2, "rl_steps": 1, "rl_eval": 8,
+    "history_steps": 1,
 }  # fmt: skip
 
 
@@ -213,6 +214,56 @@ def noop_filter(view) -> float:
     return 0.0 if view.history and view.history[-1][0] == view.observation else 1.0
 
 
+def solve(
+    proposer, evaluator, algo: str, params: dict, seeds: list[int], budget: int, first: int = 0
+) -> list[int]:
+    """1/0 per task: did the search win within `budget` tokens (search seed = task index)."""
+    from arborl.search import Budget, Problem, run
+
+    won = []
+    for i, s in enumerate(seeds, start=first):
+        env = make(ENV, **ENV_KWARGS)
+        problem = Problem(env, proposer, evaluator, seed=s, reset_options={"split": "test"})
+        won.append(int(run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params).won))
+    return won
+
+
+def paired_ci(a: list[int], b: list[int], reps: int = 5000) -> list[float]:
+    """95% paired-bootstrap interval of mean(a) - mean(b) over the same tasks."""
+    rng, n = random.Random(0), len(a)
+    diffs = sorted(sum(a[j] - b[j] for j in (rng.randrange(n) for _ in range(n))) / n
+                   for _ in range(reps))  # fmt: skip
+    return [diffs[int(0.025 * reps)], diffs[int(0.975 * reps) - 1]]
+
+
+def phase_confirm(work: Path, p: dict, policy_dir: Path) -> dict:
+    """A replication on `confirm_tasks` further test tasks (those after the search phase's)
+    at the largest budget: sampling vs distinct-candidate beam search with the PRM and with
+    random scores, paired per task."""
+    from arborl.search import FunctionEvaluator, LMProposer
+
+    _, backend, tok, agent = lm_policy(policy_dir, seed=4)
+    sampler = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0, oversample=1)
+    distinct = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0, distinct=True)
+    prm = RewardModelEvaluator(RewardModel.from_pretrained(work / "prm"), name="prm")
+    rng = random.Random(0)
+    noise = FunctionEvaluator(lambda v: rng.random(), name="random")
+    budget, first = max(p["budgets"]), p["search_tasks"]
+    seeds = draw_seeds(first + p["confirm_tasks"], 777)[first:]
+    beam = {"num_beams": max(2, budget // 32), "beam_width": 2}
+    won = {"sampling": solve(sampler, None, "best-of-n", {"n": 10_000}, seeds, budget, first),
+           "beam distinct, PRM": solve(distinct, prm, "beam-prm", beam, seeds, budget, first),
+           "beam distinct, random": solve(distinct, noise, "beam-prm", beam, seeds, budget, first)}  # fmt: skip
+    prm_won, base = won["beam distinct, PRM"], won["sampling"]
+    return {"tasks": len(seeds), "first_task": first, "budget": budget,
+            "solve_rate": {k: sum(v) / len(v) for k, v in won.items()},
+            "prm_minus_sampling": sum(prm_won) / len(seeds) - sum(base) / len(seeds),
+            "prm_minus_sampling_ci": paired_ci(prm_won, base),
+            "prm_minus_random_ci": paired_ci(prm_won, won["beam distinct, random"]),
+            "only_prm_won": sum(a and not b for a, b in zip(prm_won, base)),
+            "only_sampling_won": sum(b and not a for a, b in zip(prm_won, base))}  # fmt: skip
+
+
 def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
     """Solve rate at equal token budgets: unguided sampling vs beam search scored by the
     PRM, by random numbers, by a no-op filter, and by the BFS heuristic (a ceiling)."""
@@ -222,6 +273,8 @@ def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
     _, backend, tok, agent = lm_policy(policy_dir, seed=4)
     # oversample=1: every generated token is a candidate step (sampling's k=1 wastes none)
     proposer = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0, oversample=1)
+    # distinct: each of a node's M candidates barred from an earlier one's first token
+    distinct = LMProposer(backend, tok, agent, max_new_tokens=8, temperature=1.0, distinct=True)
     prm = RewardModelEvaluator(RewardModel.from_pretrained(work / "prm"), name="prm")
     rng = random.Random(0)
     evaluators = {
@@ -234,15 +287,16 @@ def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
     rows: dict[str, dict[str, float]] = {}
     for budget in p["budgets"]:
         beams = max(2, budget // 32)  # 2 tokens a step, 16 steps: one full-depth pass
-        methods = {"sampling (best-of-n, unguided)": ("best-of-n", {"n": 10_000}, None)}
-        for label, ev in evaluators.items():
-            methods[f"beam-prm M=2, {label}"] = ("beam-prm", {"num_beams": beams,
-                                                               "beam_width": 2}, ev)  # fmt: skip
-        for name, (algo, params, evaluator) in methods.items():
+        methods = {"sampling (best-of-n, unguided)": ("best-of-n", {"n": 10_000}, None, proposer)}
+        for cands, prop in (("sampled", proposer), ("distinct", distinct)):
+            for label, ev in evaluators.items():
+                methods[f"beam-prm M=2 {cands}, {label}"] = (
+                    "beam-prm", {"num_beams": beams, "beam_width": 2}, ev, prop)  # fmt: skip
+        for name, (algo, params, evaluator, prop) in methods.items():
             wins, tokens, t0 = 0, 0, time.perf_counter()
             for i, s in enumerate(seeds):
                 env = make(ENV, **ENV_KWARGS)
-                problem = Problem(env, proposer, evaluator, seed=s, reset_options={"split": "test"})
+                problem = Problem(env, prop, evaluator, seed=s, reset_options={"split": "test"})
                 res = run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params)
                 wins += int(res.won)
                 tokens += int(res.stats.get("tokens", 0))
@@ -299,6 +353,13 @@ def print_tables(result: dict) -> None:
         s = result["search"]
         rows = [[m, *[v[str(b)] for b in s["budgets"]]] for m, v in s["solve_rate"].items()]
         print(format_table(["method", *[f"{b} tokens" for b in s["budgets"]]], rows))
+    if "confirm" in result:
+        c = result["confirm"]
+        rows = [[m, v] for m, v in c["solve_rate"].items()]
+        print(format_table([f"replication, {c['tasks']} tasks, {c['budget']} tokens", "solve"],
+                           rows))  # fmt: skip
+        print(f"PRM beam - sampling: {c['prm_minus_sampling']:+.3f}, paired 95% CI "
+              f"{c['prm_minus_sampling_ci']}")  # fmt: skip
     if "train" in result:
         rows = [[k, v["before"], v["after"], v["env_steps"]] for k, v in result["train"].items()]
         print(format_table(["reward", "before", "after", "env steps"], rows))
@@ -340,6 +401,8 @@ def main() -> None:
         result["prm"] = phase_prm(work, p, plots)
     if "search" in args.phases:
         result["search"] = phase_search(work, p, policy_dir)
+    if "confirm" in args.phases:
+        result["confirm"] = phase_confirm(work, p, policy_dir)
     if "train" in args.phases:
         result["train"] = phase_train(work, p, policy_dir)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
