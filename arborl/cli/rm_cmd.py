@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import typing
 from pathlib import Path
@@ -83,25 +84,18 @@ def _cmd_data(args: argparse.Namespace) -> int:
         write_jsonl(args.pairs, pairs)
         tasks = len({p.task_id for p in pairs})
         print(f"wrote {len(pairs)} preference pairs over {tasks} tasks to {args.pairs}")
-    if args.steps:
-        chosen = [t for t in trajs if t.steps][: args.max_trajectories]
-        records = monte_carlo_step_labels(
+    chosen = [t for t in trajs if t.steps][: args.max_trajectories]
+    for path, label in ((args.steps, monte_carlo_step_labels),
+                        (args.sibling_steps, monte_carlo_sibling_labels)):  # fmt: skip
+        if not path:
+            continue
+        records = label(
             chosen, _data_policy(args), _json_arg(args.env_kwargs, "--env-kwargs"),
             args.num_rollouts, args.max_envs, args.split,
         )  # fmt: skip
-        write_jsonl(args.steps, records)
-        num_steps = sum(len(r.labels) for r in records)
-        print(
-            f"wrote step labels for {len(records)} trajectories ({num_steps} steps) to {args.steps}"
-        )
-    if args.sibling_steps:
-        chosen = [t for t in trajs if t.steps][: args.max_trajectories]
-        records = monte_carlo_sibling_labels(
-            chosen, _data_policy(args), _json_arg(args.env_kwargs, "--env-kwargs"),
-            args.num_rollouts, args.max_envs, args.split,
-        )  # fmt: skip
-        write_jsonl(args.sibling_steps, records)
-        print(f"wrote {len(records)} labelled untaken steps to {args.sibling_steps}")
+        write_jsonl(path, records)
+        num_steps = sum(sum(not math.isnan(y) for y in r.labels) for r in records)
+        print(f"wrote {len(records)} step-label records ({num_steps} labelled steps) to {path}")
     return 0
 
 
