@@ -215,16 +215,27 @@ def noop_filter(view) -> float:
 
 
 def solve(
-    proposer, evaluator, algo: str, params: dict, seeds: list[int], budget: int, first: int = 0
+    proposer,
+    evaluator,
+    algo: str,
+    params: dict,
+    seeds: list[int],
+    budget: int,
+    first: int = 0,
+    tokens: list[int] | None = None,
 ) -> list[int]:
-    """1/0 per task: did the search win within `budget` tokens (search seed = task index)."""
+    """1/0 per task: did the search win within `budget` tokens (search seed = task index)?
+    Each search's generated tokens are appended to `tokens` when given."""
     from arborl.search import Budget, Problem, run
 
     won = []
     for i, s in enumerate(seeds, start=first):
         env = make(ENV, **ENV_KWARGS)
         problem = Problem(env, proposer, evaluator, seed=s, reset_options={"split": "test"})
-        won.append(int(run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params).won))
+        res = run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params)
+        won.append(int(res.won))
+        if tokens is not None:
+            tokens.append(int(res.stats.get("tokens", 0)))
     return won
 
 
@@ -267,7 +278,7 @@ def phase_confirm(work: Path, p: dict, policy_dir: Path) -> dict:
 def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
     """Solve rate at equal token budgets: unguided sampling vs beam search scored by the
     PRM, by random numbers, by a no-op filter, and by the BFS heuristic (a ceiling)."""
-    from arborl.search import Budget, FunctionEvaluator, LMProposer, Problem, run
+    from arborl.search import FunctionEvaluator, LMProposer
     from arborl.search.evaluators import maze_value
 
     _, backend, tok, agent = lm_policy(policy_dir, seed=4)
@@ -293,13 +304,9 @@ def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
                 methods[f"beam-prm M=2 {cands}, {label}"] = (
                     "beam-prm", {"num_beams": beams, "beam_width": 2}, ev, prop)  # fmt: skip
         for name, (algo, params, evaluator, prop) in methods.items():
-            wins, tokens, t0 = 0, 0, time.perf_counter()
-            for i, s in enumerate(seeds):
-                env = make(ENV, **ENV_KWARGS)
-                problem = Problem(env, prop, evaluator, seed=s, reset_options={"split": "test"})
-                res = run(problem, Budget(max_tokens=budget), seed=i, algo=algo, **params)
-                wins += int(res.won)
-                tokens += int(res.stats.get("tokens", 0))
+            t0, spent = time.perf_counter(), []
+            wins = sum(solve(prop, evaluator, algo, params, seeds, budget, tokens=spent))
+            tokens = sum(spent)
             row = rows.setdefault(name, {})
             row[str(budget)] = wins / len(seeds)
             row[f"num_beams_{budget}"] = beams if algo == "beam-prm" else None
