@@ -112,7 +112,9 @@ class Registry(Generic[T]):
 
             return deco
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{self.what}: a registry key must be a non-empty string, got {name!r}")
+            raise ValueError(
+                f"{self.what}: a registry key must be a non-empty string, got {name!r}"
+            )
         if not replace and name in self._entries:
             raise ValueError(f"{self.what}={name!r} is already registered")
         self._entries[name] = obj

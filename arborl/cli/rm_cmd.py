@@ -53,13 +53,13 @@ def _json_arg(text: str, flag: str) -> dict:
 
 def _data_policy(args: argparse.Namespace):
     from arborl.agent import AgentConfig
-    from arborl.cli.rollout_cmd import agent_settings_of
+    from arborl.agent.settings import load_agent_settings
     from arborl.rewards.rm_data import make_data_policy
     from arborl.rollout import RolloutConfig
 
     rollout = RolloutConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             seed=args.seed)  # fmt: skip
-    agent = AgentConfig(**agent_settings_of(args.policy))
+    agent = AgentConfig(**load_agent_settings(args.policy))
     return make_data_policy(args.policy, args.seed, rollout, agent)
 
 

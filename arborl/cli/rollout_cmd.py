@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from arborl.agent import AgentConfig
 from arborl.agent.config import ACTION_FORMATS, MEMORY_KINDS
+from arborl.agent.settings import load_agent_settings
 from arborl.envs.base import SPLITS
 from arborl.rollout import RolloutConfig
 
@@ -74,7 +74,7 @@ def configs_from_args(
         temperature=args.temperature,
         seed=args.seed,
     )
-    agent = AgentConfig(**agent_settings_of(args.policy))
+    agent = AgentConfig(**load_agent_settings(args.policy))
     flags = {
         "memory": args.memory,
         "memory_k": args.memory_k,
@@ -83,17 +83,6 @@ def configs_from_args(
     }
     agent = dataclasses.replace(agent, **{k: v for k, v in flags.items() if v is not None})
     return cfg, agent
-
-
-def agent_settings_of(policy: str) -> dict:
-    """The prompt settings a checkpoint was trained with (`arborl_agent.json`, written by
-    `arborl train`/`arborl sft`), so that eval prompts the model as training did."""
-    path = Path(policy) / "arborl_agent.json"
-    if not path.is_file():
-        return {}
-    known = {f.name for f in dataclasses.fields(AgentConfig)}
-    data = json.loads(path.read_text())
-    return {k: v for k, v in data.items() if k in known and k != "summary_fn"}
 
 
 def format_stats(stats: dict[str, float]) -> str:

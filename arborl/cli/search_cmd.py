@@ -120,7 +120,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
     """(proposer, evaluator, budget) from the shared flags."""
     from arborl.agent import AgentConfig
-    from arborl.cli.rollout_cmd import agent_settings_of
+    from arborl.agent.settings import load_agent_settings
     from arborl.search import Budget
     from arborl.search.builders import make_evaluator, make_proposer
     from arborl.search.evaluators import HEURISTICS
@@ -130,7 +130,7 @@ def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
         from arborl.generation import make_backend
 
         backend, tok = make_backend(args.policy, tokenizer=args.tokenizer, seed=args.seed)
-    agent = AgentConfig(**agent_settings_of(args.policy or ""))
+    agent = AgentConfig(**load_agent_settings(args.policy or ""))
     if args.proposer in ("policy", "ranked"):
         proposer = make_proposer(
             args.proposer,

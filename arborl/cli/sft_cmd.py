@@ -1,7 +1,8 @@
 """`arborl sft [key=value ...]`: only the SFT warm start of `arborl train`, as its own run.
 
 It reads the same `TrainConfig` (the model, env, agent, sft and eval sections matter) and
-calls the same `arborl.train.sft.warm_start` that `arborl train` runs before RL, so a
+calls `arborl.train.sft.sft_job`, which runs the same `warm_start` that `arborl train` runs
+before RL, so a
 policy trained here is the one `arborl train` would start RL from. The run folder gets
 config.yaml, metrics.jsonl (the SFT loss of every step), the policy in HF format under
 `checkpoints/sft/policy` and summary.json with the held-out success. Continue with RL:
@@ -13,13 +14,12 @@ config.yaml, metrics.jsonl (the SFT loss of every step), the policy in HF format
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
-    from arborl.config import ConfigError, to_dict
+    from arborl.config import ConfigError
     from arborl.train.config import load_train_config
 
     overrides = list(args.overrides)
@@ -31,63 +31,14 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import torch
-
-    from arborl.generation.hf import HFBackend
-    from arborl.models import apply_lora, load_policy, save_policy
-    from arborl.train.evaluate import evaluate_policy
-    from arborl.train.runlog import MetricsLogger, RunDir
-    from arborl.train.sft import warm_start
-
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
-    run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
-    logger = MetricsLogger(
-        run,
-        total=cfg.sft.steps,
-        desc="SFT",
-        keys=("sft/loss",),
-        disable_bar=not cfg.trainer.progress,
-    )
-    try:
-        model, tokenizer = load_policy(
-            cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
-        )
-        if cfg.model.lora_rank:
-            model = apply_lora(model, r=cfg.model.lora_rank, alpha=cfg.model.lora_alpha)
-        stats = warm_start(model, tokenizer, cfg, logger, log_steps=True)
-        policy_dir = save_policy(model, tokenizer, run.path / "checkpoints" / "sft" / "policy")
-        (policy_dir / "arborl_agent.json").write_text(json.dumps(to_dict(cfg.agent), default=str))
-        model.eval()
-        backend = HFBackend(model, tokenizer, max_batch_size=128)
-        after = evaluate_policy(
-            backend,
-            tokenizer,
-            cfg.env.id,
-            cfg.env.kwargs,
-            cfg.agent,
-            cfg.rollout,
-            cfg.eval,
-            split=cfg.env.eval_split,
-        )
-        logger.log(cfg.sft.steps, {f"eval/final_{k}": v for k, v in after.items()})
-        summary = {
-            "sft": stats,
-            "after": after,
-            "policy": str(policy_dir),
-            "run_dir": str(run.path),
-        }
-        (run.path / "summary.json").write_text(json.dumps(summary, indent=2))
-    finally:
-        logger.close()
-        run.close()
-    print(
-        f"\nrun: {run.path}  ({cfg.sft.steps} SFT steps, final loss {stats.get('sft/loss', float('nan')):.4f})"
-    )
-    print(f"policy: {policy_dir}")
     from arborl.train.evaluate import format_success
+    from arborl.train.sft import sft_job
 
-    print(format_success("held-out success after SFT", after))
+    summary = sft_job(cfg)
+    loss = summary["sft"].get("sft/loss", float("nan"))
+    print(f"\nrun: {summary['run_dir']}  ({cfg.sft.steps} SFT steps, final loss {loss:.4f})")
+    print(f"policy: {summary['policy']}")
+    print(format_success("held-out success after SFT", summary["after"]))
     return 0
 
 

@@ -2,20 +2,13 @@
 
     arborl train trainer.backend=ray trainer.num_train_ranks=2 trainer.num_rollout_workers=2
 
-`RayTrainer` (what `RLTrainer(cfg)` returns when `trainer.backend=ray`) runs the local
-trainer's loop in a driver that holds no weights; `WorkerGroup` + `register` declare how
+`RayEngine` (the engine `RLTrainer` composes when `trainer.backend=ray`, see
+`arborl.distributed.engine`) runs the model work of the one RL loop from a driver that
+holds no weights; `WorkerGroup` + `register` declare how
 Batches are split across workers; `workers` holds the train-rank and rollout roles;
 `checkpoint` the sharded save/resume and the HF export. See docs/distributed.md.
 """
 
 from arborl.distributed.dispatch import COLLECT_MODES, DISPATCH_MODES, WorkerGroup, register
 
-__all__ = ["COLLECT_MODES", "DISPATCH_MODES", "RayTrainer", "WorkerGroup", "register"]
-
-
-def __getattr__(name: str):
-    if name == "RayTrainer":  # lazy: importing the controller pulls in the trainer
-        from arborl.distributed.controller import RayTrainer
-
-        return RayTrainer
-    raise AttributeError(f"module 'arborl.distributed' has no attribute {name!r}")
+__all__ = ["COLLECT_MODES", "DISPATCH_MODES", "WorkerGroup", "register"]

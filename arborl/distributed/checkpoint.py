@@ -73,8 +73,8 @@ def load_sharded(role, directory: Path) -> None:
 def export_hf(cfg, policy_path, state: dict, directory: Path, extra_files: dict[str, str]):
     """Write the full `state` as a plain HF causal-LM directory (LoRA merged)."""
     from arborl.distributed.sharding import load_numpy_state, state_to_numpy
-    from arborl.distributed.workers import build_policy
     from arborl.models.loading import save_policy
+    from arborl.train.build import build_policy
 
     model, tokenizer = build_policy(cfg, policy_path)
     load_numpy_state(model, state_to_numpy(state))
@@ -89,8 +89,8 @@ def export_checkpoint(ckpt: str | Path, out: str | Path, cfg=None) -> Path:
     and save it as an HF directory: for a checkpoint whose `policy/` was not kept."""
     import torch.distributed.checkpoint as dcp
 
-    from arborl.distributed.workers import build_policy
     from arborl.models.loading import save_policy
+    from arborl.train.build import build_policy
     from arborl.train.config import load_train_config
 
     ckpt = Path(ckpt)

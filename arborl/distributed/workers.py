@@ -1,8 +1,9 @@
 """The two worker roles of Ray mode, as plain classes that `placement` turns into actors.
 
 `TrainRole` is one rank of the train group: it builds the actor, the critic and the
-reference exactly as the local `RLTrainer` does, shards them with FSDP2, and runs the
-data-parallel scoring and updates of `dp_update`. `RolloutRole` holds an unsharded copy
+reference with the same builder as the local engine (`arborl.train.build`), shards them
+with FSDP2, and runs the update core of `arborl.train.update` with the FSDP2
+communication object (`arborl.distributed.comm.FSDP`). `RolloutRole` holds an unsharded copy
 of the policy behind a generation backend and its own env pool, and rolls out a share of
 the tasks. Weights only ever move train -> rollout, tagged with a version number that the
 rollout side checks before it samples, so a stale worker fails loudly instead of
@@ -21,49 +22,23 @@ from typing import Any
 
 import torch
 
-from arborl import algos
 from arborl.data import Batch
 from arborl.distributed import sharding
+from arborl.distributed.comm import FSDP
 from arborl.distributed.dispatch import register
-from arborl.distributed.dp_update import (
-    dp_critic_update,
-    dp_critic_values,
-    dp_ppo_update,
-    dp_score_rows,
-)
-from arborl.envs import make_pool
 from arborl.generation.hf import HFBackend
-from arborl.models import ValueModel, apply_lora, load_policy
-from arborl.rollout import run_episodes_with_policy, run_rollout
-from arborl.rollout.policies import LMPolicy
+from arborl.train import build
 from arborl.train.config import TrainConfig
-from arborl.train.sft import lr_lambda
-
-
-def _threads(cfg: TrainConfig) -> None:
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
-
-
-def build_policy(cfg: TrainConfig, policy_path: str | None):
-    """The policy as the local trainer builds it: a preset or a directory (+ LoRA)."""
-    model, tokenizer = load_policy(
-        policy_path or cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
-    )
-    if cfg.model.lora_rank:
-        model = apply_lora(model, r=cfg.model.lora_rank, alpha=cfg.model.lora_alpha)
-    return model, tokenizer
-
-
-def needs_critic(cfg: TrainConfig) -> bool:
-    return algos.needs_critic("gae" if cfg.algo.name == "ppo" else cfg.algo.name)
+from arborl.train.evaluate import evaluate_share
+from arborl.train.rollout_modes import rollout_step
+from arborl.train.update import actor_update, critic_fit, critic_values, score_rows
 
 
 class TrainRole:
     """One rank of the FSDP2 train group (actor + critic + reference)."""
 
     def __init__(self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None):
-        _threads(cfg)
+        build.set_threads(cfg)
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.policy_path = policy_path
         self.device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
@@ -79,37 +54,36 @@ class TrainRole:
     @register("one_to_all", "all")
     def setup(self, addr: str, port: int) -> dict[str, Any]:
         """Join the process group, build and shard the models, make the optimizers."""
-        c, a = self.cfg, self.cfg.algo
+        c = self.cfg
         backend = sharding.init_process_group(self.rank, self.world_size, addr, port, self.device)
         mesh = sharding.device_mesh(self.world_size, self.device)
         mp = sharding.mixed_precision(self.device, c.model.dtype)
-        model, self.tokenizer = build_policy(c, self.policy_path)
-        self.model = sharding.shard_model(model.to(self.device), mesh, mp)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=a.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lr_lambda(a.warmup_steps, c.trainer.total_steps, a.lr_schedule)
-        )
-        self.critic_opt = None
-        if needs_critic(c):
-            critic = ValueModel.from_policy_spec(c.model.name_or_path, seed=c.model.seed + 1)
-            self.critic = sharding.shard_model(critic.to(self.device), mesh, mp)
-            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
-        if a.kl_coef > 0:
-            # As the local trainer: the reference is the policy RL starts from (after SFT).
-            ref, _ = build_policy(c, self.policy_path)
-            ref.requires_grad_(False)
-            self.ref = sharding.shard_model(ref.to(self.device), mesh, mp)
+
+        def shard(module):
+            return sharding.shard_model(module.to(self.device), mesh, mp)
+
+        model, self.tokenizer = build.build_policy(c, self.policy_path)
+        # As the local engine: the reference is the policy RL starts from (after SFT).
+        ref = build.build_reference(c, model)
+        self.model = shard(model)
+        self.opt, self.sched = build.build_optimizer(c, self.model)
+        critic = build.build_critic(c)
+        self.critic = shard(critic) if critic is not None else None
+        self.critic_opt = build.build_critic_optimizer(c, self.critic)
+        self.ref = shard(ref) if ref is not None else None
         return {"rank": self.rank, "backend": backend, "device": str(self.device)}
 
     @register("dp_split", "dp_concat")
     def ref_logp(self, shard: Batch, temperature: float) -> Batch:
-        logp = dp_score_rows(self.ref, shard.to(self.device), temperature, self._mtok)
+        with torch.no_grad(), FSDP.gathered(self.ref):
+            logp = score_rows(self.ref, shard.to(self.device), temperature, self._mtok)
         return Batch({"ref_logp": logp.cpu()})
 
     @register("dp_split", "dp_concat")
     def values(self, shard: Batch) -> Batch:
-        return Batch({"values": dp_critic_values(self.critic, shard.to(self.device), self._mtok)})
+        with torch.no_grad(), FSDP.gathered(self.critic):
+            values = critic_values(self.critic, shard.to(self.device), self._mtok)
+        return Batch({"values": values})
 
     @property
     def _mtok(self) -> int:
@@ -120,9 +94,9 @@ class TrainRole:
         """PPO steps over this rank's minibatch chunks; (stats, skipped), equal on all ranks."""
         self.model.train()
         shards = [s.to(self.device) if s is not None else None for s in shards]
-        up = dp_ppo_update(
+        up = actor_update(
             self.model, self.opt, shards, template.to(self.device), self.cfg.algo,
-            temperature, kl_coef,
+            temperature, kl_coef, comm=FSDP,
         )  # fmt: skip
         self.model.eval()
         return up.stats, up.skipped
@@ -130,19 +104,19 @@ class TrainRole:
     @register("dp_minibatches", "rank_zero")
     def update_critic(self, shards, template: Batch):
         shards = [s.to(self.device) if s is not None else None for s in shards]
-        up = dp_critic_update(
-            self.critic, self.critic_opt, shards, template.to(self.device), self.cfg.algo
+        up = critic_fit(
+            self.critic,
+            self.critic_opt,
+            shards,
+            template.to(self.device),
+            self.cfg.algo,
+            comm=FSDP,
         )
         return up.stats, up.skipped
 
     @register("one_to_all", "rank_zero")
     def sched_step(self) -> float:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # a step that took no optimizer step
-            self.sched.step()
-        return float(self.sched.get_last_lr()[0])
+        return build.scheduler_step(self.sched)
 
     @register("one_to_all", "rank_zero")
     def full_state(self) -> dict | None:
@@ -194,10 +168,10 @@ class RolloutRole:
     """A generation backend over an unsharded policy copy, plus a pool for its share."""
 
     def __init__(self, cfg: TrainConfig, index: int, policy_path: str | None):
-        _threads(cfg)
+        build.set_threads(cfg)
         self.cfg, self.index = cfg, index
         device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
-        model, self.tokenizer = build_policy(cfg, policy_path)
+        model, self.tokenizer = build.build_policy(cfg, policy_path)
         model.eval()
         self.backend = HFBackend(model, self.tokenizer, device=str(device), max_batch_size=128)
         self.version = -1
@@ -233,11 +207,7 @@ class RolloutRole:
     def _pool(self, num_envs: int):
         """This worker's env pool, in `env.pool_mode` (as the local trainer builds it)."""
         if num_envs not in self._pools:
-            c = self.cfg
-            mode = None if c.env.pool_mode == "auto" else c.env.pool_mode
-            self._pools[num_envs] = make_pool(
-                c.env.id, num_envs, mode, split=c.env.train_split, **c.env.kwargs
-            )
+            self._pools[num_envs] = build.build_train_pool(self.cfg, num_envs)
         return self._pools[num_envs]
 
     @register("one_to_all", "all")
@@ -257,10 +227,9 @@ class RolloutRole:
         c, t0 = self.cfg, time.perf_counter()
         rcfg = replace(c.rollout, num_tasks=len(share["seeds"]), seed=share["seed"])
         pool = self._pool(len(share["seeds"]) * rcfg.group_size)
-        res = run_rollout(
-            self.backend, self.tokenizer, pool, share["seeds"], rcfg, c.agent,
-            split=c.env.train_split,
-        )  # fmt: skip
+        res = rollout_step(
+            self.backend, self.tokenizer, pool, share["seeds"], rcfg, c, c.env.train_split
+        )
         res.batch.meta["group_id"] = res.batch.meta["group_id"].astype(int) + share["group_offset"]
         return {
             "batch": res.batch,
@@ -273,25 +242,15 @@ class RolloutRole:
 
     @register("per_worker", "all")
     def evaluate(self, share: dict | None, expected_version: int) -> dict | None:
-        """Held-out episodes of `share` = {seeds, seed}: (wins, episodes, stat sums)."""
+        """Held-out episodes of `share` = {seeds, seed}: `evaluate_share`'s counts."""
         if not share or not share["seeds"]:
             return None
         self._check_version(expected_version)
         c = self.cfg
-        n = len(share["seeds"])
-        cfg = replace(
-            c.rollout, group_size=1, num_tasks=n, temperature=c.eval.temperature,
-            seed=share["seed"],
+        return evaluate_share(
+            self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
+            share["seeds"], share["seed"], c.env.eval_split,
         )  # fmt: skip
-        policy = LMPolicy(self.backend, self.tokenizer, cfg, c.agent)
-        res = run_episodes_with_policy(
-            policy, c.env.id, share["seeds"], cfg, split=c.env.eval_split, env_kwargs=c.env.kwargs
-        )
-        out = {"wins": sum(t.won for t in res.trajectories), "episodes": n}
-        for k in ("mean_return", "mean_turns", "invalid_action_rate"):
-            if k in res.stats:
-                out[k] = float(res.stats[k]) * n
-        return out
 
 
 class ColocatedRole(TrainRole, RolloutRole):

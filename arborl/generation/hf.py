@@ -207,6 +207,14 @@ class HFBackend:
         full_only = full_only and not (types is None and getattr(cfg, "sliding_window", None))
         self._mask_4d = getattr(cfg, "_attn_implementation", None) == "sdpa" and full_only
 
+    def state_dict(self) -> dict:
+        """The backend's random state (draws made for unseeded requests), for checkpoints."""
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
+        self._generator.set_state(state["generator"])
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt, in order. Same `params.seed` -> same outputs."""
         check_params(params)

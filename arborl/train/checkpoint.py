@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,33 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def write_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    write_parts: Callable[[Path], dict[str, Any]],
+    state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """The one atomic checkpoint writer: `write_parts(tmp)` writes the model parts into a
+    temporary folder and returns more state; `trainer_state.pt` (`state` + that + the step
+    and Python's RNG) is written last, the folder renamed to `checkpoints/step-<step>/`,
+    and all but the newest `keep` complete checkpoints pruned."""
+    root = Path(run_dir).resolve() / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    parts = write_parts(tmp)
+    full = {"step": step, "python_random": random.getstate(), **state, **parts}
+    torch.save(full, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -47,24 +75,18 @@ def save_checkpoint(
     keep: int = 2,
     extra_files: dict[str, str] | None = None,
 ) -> Path:
-    """Write `checkpoints/step-<step>/` atomically and prune all but the newest `keep`."""
-    root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp / "policy")
-    tokenizer.save_pretrained(tmp / "policy")
-    if critic is not None:
-        critic.save_pretrained(tmp / "critic")
-    for name, text in (extra_files or {}).items():
-        (tmp / "policy" / name).write_text(text)
-    torch.save({"step": step, "python_random": random.getstate(), **state}, tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in checkpoint_dirs(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    """`write_checkpoint` of a policy (HF format, + `extra_files` beside it) and a critic."""
+
+    def parts(tmp: Path) -> dict[str, Any]:
+        policy.save_pretrained(tmp / "policy")
+        tokenizer.save_pretrained(tmp / "policy")
+        if critic is not None:
+            critic.save_pretrained(tmp / "critic")
+        for name, text in (extra_files or {}).items():
+            (tmp / "policy" / name).write_text(text)
+        return {}
+
+    return write_checkpoint(run_dir, step, parts, state, keep)
 
 
 def load_state(ckpt: str | Path) -> dict[str, Any]:

@@ -12,6 +12,51 @@ from arborl.rollout import RolloutConfig, draw_seeds, run_episodes_with_policy
 from arborl.rollout.metrics import wilson_interval
 from arborl.rollout.policies import LMPolicy
 
+STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
+
+
+def evaluate_share(
+    backend,
+    tokenizer,
+    env_id,
+    env_kwargs,
+    agent_cfg,
+    rollout_cfg: RolloutConfig,
+    eval_cfg,
+    seeds: list[int],
+    sample_seed: int,
+    split: str = "test",
+) -> dict[str, float]:
+    """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins` and the mean of
+    each of `STAT_KEYS`. One engine worker's share of an evaluation; `summarize_eval`
+    combines shares."""
+    n = len(seeds)
+    cfg = replace(
+        rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=sample_seed
+    )
+    policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
+    res = run_episodes_with_policy(policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs)
+    out = {"episodes": float(n), "wins": float(sum(t.won for t in res.trajectories))}
+    out.update({k: float(res.stats[k]) for k in STAT_KEYS if k in res.stats})
+    return out
+
+
+def summarize_eval(shares: list[dict[str, float]]) -> dict[str, float]:
+    """The held-out metrics of the whole evaluation (every engine logs these names):
+    success with its Wilson 95% interval, episodes, and the episode-weighted means."""
+    shares = [s for s in shares if s and s["episodes"]]
+    n = int(sum(s["episodes"] for s in shares))
+    wins = int(sum(s["wins"] for s in shares))
+    lo, hi = wilson_interval(wins, n)
+    out = {"success": wins / n, "success_lo": lo, "success_hi": hi, "episodes": float(n)}
+    for k in STAT_KEYS:
+        if shares and all(k in s for s in shares):
+            # One share: its mean as is (a weighted mean of one would round differently).
+            out[k] = (
+                shares[0][k] if len(shares) == 1 else sum(s[k] * s["episodes"] for s in shares) / n
+            )
+    return out
+
 
 def evaluate_policy(
     backend,
@@ -24,21 +69,14 @@ def evaluate_policy(
     num_episodes: int | None = None,
     split: str = "test",
 ) -> dict[str, float]:
-    """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate."""
+    """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate on
+    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`."""
     n = num_episodes or eval_cfg.num_episodes
-    cfg = replace(
-        rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=eval_cfg.seed
-    )
-    seeds = draw_seeds(n, eval_cfg.seed)
-    policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
-    res = run_episodes_with_policy(policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs)
-    wins = sum(t.won for t in res.trajectories)
-    lo, hi = wilson_interval(wins, n)
-    out = {"success": wins / n, "success_lo": lo, "success_hi": hi, "episodes": float(n)}
-    for k in ("mean_return", "mean_turns", "invalid_action_rate"):
-        if k in res.stats:
-            out[k] = float(res.stats[k])
-    return out
+    share = evaluate_share(
+        backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg, eval_cfg,
+        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split,
+    )  # fmt: skip
+    return summarize_eval([share])
 
 
 def format_success(label: str, result: dict[str, float]) -> str:

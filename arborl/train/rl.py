@@ -1,8 +1,14 @@
-"""The local RL trainer: rollout -> rewards -> old/ref logprobs -> values -> advantages ->
-PPO epochs -> critic -> metrics, one RL step after another.
+"""The one RL loop: rollout -> rewards -> ref logprobs -> values -> advantages -> PPO
+minibatches -> critic -> weight sync -> metrics, one RL step after another.
 
-    trainer = RLTrainer(load_train_config(["algo=grpo"]))
+    trainer = RLTrainer(load_train_config(["algo=grpo"]))   # trainer.backend=local|ray
     summary = trainer.fit()
+
+`RLTrainer` holds the only copy of the loop's decisions (step seeds, rewards, advantages,
+the minibatch order, KL control, the bad-step guard, metrics, trajectory dumps, the
+evaluation cadence and the atomic checkpoint writer). Where the model work runs is an
+engine (`arborl.train.engine`), composed in, never a subclass: `LocalEngine` in this
+process, or `RayEngine` over Ray workers and an FSDP2 train group.
 
 `fit` runs the SFT warm start (unless resuming), a held-out evaluation, the RL steps with
 periodic evaluations and checkpoints, a final evaluation, plots and `summary.json`.
@@ -12,34 +18,28 @@ in the checkpoint, so a resumed run replays the remaining steps exactly.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import time
-import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from arborl import algos
-from arborl.config import to_dict
 from arborl.data import write_trajectories
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
-from arborl.envs import make_pool
-from arborl.generation.hf import HFBackend
-from arborl.models import ValueModel, apply_lora, load_policy
 from arborl.rewards import combine_rewards, configure_rm_source
 from arborl.rewards.rm_source import rm_fields
-from arborl.rollout import draw_seeds, run_rollout
+from arborl.rollout import draw_seeds
 from arborl.train.advantages import compute_advantages, episode_lengths
-from arborl.train.checkpoint import load_state, resolve_resume, save_checkpoint
+from arborl.train.build import build_kl_controller, needs_critic
+from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
-from arborl.train.evaluate import evaluate_policy
+from arborl.train.engine import ENGINES, Engine, RolloutPlan
 from arborl.train.runlog import MetricsLogger, RunDir
-from arborl.train.sft import lr_lambda, warm_start
-from arborl.train.update import critic_update, critic_values, ppo_update, score_rows
+from arborl.train.update import minibatch_schedule
 
 log = logging.getLogger("arborl")
 
@@ -57,7 +57,7 @@ def batch_rewards(
     batch, num_trajectories: int, sources: dict[str, float], trajectories=None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(R,) combined reward of each step row and the per-source `reward/*` metrics
-    (summed over the batch, per trajectory). Shared by the local and the Ray trainer."""
+    (summed over the batch, per trajectory)."""
     fields = {
         "env_reward": batch.tensors["step_reward"].numpy(),
         "valid_action": batch.meta["valid_action"].astype(float),
@@ -78,8 +78,7 @@ def batch_rewards(
 
 def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor | None):
     """Write `adv`, `weight` (and `returns`, `old_values` for ppo) into `batch`; return the
-    rows to train on (zero-advantage rows dropped if `algo.drop_zero_adv`) and stats.
-    Shared by the local and the Ray trainer."""
+    rows to train on (zero-advantage rows dropped if `algo.drop_zero_adv`) and stats."""
     adv, returns, metrics = compute_advantages(batch, rewards, algo, values)
     metrics = dict(metrics)
     batch["adv"] = adv
@@ -93,52 +92,26 @@ def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor |
     return train, metrics
 
 
-class RLTrainer:
-    def __new__(cls, cfg: TrainConfig):
-        # trainer.backend=ray: the same loop (`_fit`) with the model work on Ray workers.
-        if cls is RLTrainer and cfg.trainer.backend == "ray":
-            from arborl.distributed.controller import RayTrainer
+ACTOR_KEYS = ("input_ids", "attention_mask", "response_mask", "old_logp", "adv", "weight")
+CRITIC_KEYS = ("input_ids", "attention_mask", "response_mask", "returns", "old_values")
+SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
+"""The Batch columns each kind of model work reads (what an engine may ship to workers)."""
 
-            cls = RayTrainer
-        return super().__new__(cls)
+
+class RLTrainer:
+    """The RL loop over an `Engine` chosen by `trainer.backend` (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        if cfg.trainer.num_threads:
-            torch.set_num_threads(cfg.trainer.num_threads)
+        engine_cls = ENGINES.get(cfg.trainer.backend)
+        check = getattr(engine_cls, "check_config", None)
+        if check is not None:  # an engine's own settings fail before any work
+            check(cfg)
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
         configure_rm_source(cfg.reward)  # loads reward.rm_model when `rm` is a source
-        self.model, self.tokenizer = load_policy(
-            cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.model.seed
-        )
-        if cfg.model.lora_rank:
-            self.model = apply_lora(self.model, r=cfg.model.lora_rank, alpha=cfg.model.lora_alpha)
-        self.backend = HFBackend(self.model, self.tokenizer, max_batch_size=128)
-        a = cfg.algo
-        self.critic = self.critic_opt = None
-        # algo.name "ppo" is GAE over a critic ("gae" in the estimator registry).
-        if algos.needs_critic("gae" if a.name == "ppo" else a.name):
-            self.critic = ValueModel.from_policy_spec(
-                cfg.model.name_or_path, seed=cfg.model.seed + 1
-            )
-            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=a.critic_lr)
-        self.ref = None
-        if a.kl_coef > 0:  # a frozen copy (LoRA included), re-synced after the warm start
-            self.ref = copy.deepcopy(self.model).requires_grad_(False)
-        self.kl_ctl = (
-            algos.make_kl_controller("adaptive", a.kl_coef, a.kl_target)
-            if a.kl_target is not None
-            else algos.make_kl_controller("fixed", a.kl_coef)
-        )
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=a.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lr_lambda(a.warmup_steps, cfg.trainer.total_steps, a.lr_schedule)
-        )
+        self.engine: Engine = engine_cls(cfg, self.run.path)
+        self.kl_ctl = build_kl_controller(cfg)
         self.gen = torch.Generator().manual_seed(cfg.trainer.seed)
-        n_envs = cfg.rollout.num_tasks * cfg.rollout.group_size
-        mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
-        self.pool = make_pool(cfg.env.id, n_envs, mode, split=cfg.env.train_split, **cfg.env.kwargs)
         self.task_seeds = (  # a task file replaces random seeds (checked here, before work)
             read_task_seeds(cfg.env.tasks_file, cfg.env.id, cfg.env.train_split)
             if cfg.env.tasks_file
@@ -148,13 +121,74 @@ class RLTrainer:
         self.env_steps = 0
         self.bad_steps = 0
         self.history: dict[str, list] = {"train": [], "eval": []}
+        self.callbacks: list[Callable[[RLTrainer], None]] = []
+        """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
 
-    # --- phases -------------------------------------------------------------------------
-    def warm_start(self, logger: MetricsLogger) -> dict[str, float]:
-        return warm_start(self.model, self.tokenizer, self.cfg, logger)
+    # --- one step -----------------------------------------------------------------------
+    def plan(self, step: int) -> RolloutPlan:
+        """The tasks and the seeded rollout config of RL step `step` (a pure function of
+        the run seed and the step, so a resumed run draws the same ones)."""
+        c = self.cfg
+        task_seed = step_seed(c.trainer.seed, step, 1)
+        if self.task_seeds is None:
+            seeds = draw_seeds(c.rollout.num_tasks, task_seed)
+        else:
+            seeds = sample_task_seeds(self.task_seeds, c.rollout.num_tasks, task_seed)
+        return RolloutPlan(step, seeds, replace(c.rollout, seed=step_seed(c.trainer.seed, step, 2)))
 
-    def _step_metrics(self, s: dict, t_roll: float, t1: float, lr: float) -> dict[str, float]:
-        """The per-step metrics both backends log (`s`: the rollout's episode stats)."""
+    def rl_step(self) -> dict[str, float]:
+        """One rollout batch and its update; returns the step's metrics."""
+        c, a = self.cfg, self.cfg.algo
+        t0 = time.perf_counter()
+        plan = self.plan(self.step)
+        upcoming = None
+        if c.trainer.one_step_off and self.step + 1 < c.trainer.total_steps:
+            upcoming = self.plan(self.step + 1)
+        out = self.engine.rollout(plan, upcoming)
+        batch, trajectories = out.batch, out.trajectories
+        t_roll = time.perf_counter() - t0
+        self.env_steps += len(batch)
+        rewards, metrics = batch_rewards(batch, len(trajectories), c.reward.sources, trajectories)
+        temperature = plan.rollout.temperature
+        if a.kl_coef > 0:
+            batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
+        values = self.engine.values(batch) if needs_critic(c) else None
+        train, adv_metrics = attach_advantages(batch, rewards, a, values)
+        metrics.update(adv_metrics)
+        t1 = time.perf_counter()
+        if len(train):
+            keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
+            actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
+            critic_mbs = (
+                minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
+                if needs_critic(c)
+                else None
+            )
+            up = self.engine.update(actor_mbs, critic_mbs, temperature, self.kl_ctl.value)
+            metrics.update(up.stats)
+            self._count_bad(up.skipped)
+        lr = self.engine.scheduler_step()
+        if "actor/kl" in metrics:
+            self.kl_ctl.update(metrics["actor/kl"], len(batch))
+        t_update = time.perf_counter() - t1
+        t_sync = time.perf_counter()
+        sync = self.engine.sync_weights()
+        metrics.update(self._step_metrics(out.stats, t_roll, t_update, lr))
+        if sync:
+            metrics["time/weight_sync_s"] = time.perf_counter() - t_sync
+            metrics.update(sync)
+        metrics.update(out.metrics)
+        if c.trainer.save_trajectories:
+            write_trajectories(
+                self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
+                trajectories[: c.trainer.save_trajectories],
+            )
+        for fn in self.callbacks:
+            fn(self)
+        return metrics
+
+    def _step_metrics(self, s: dict, t_roll: float, t_update: float, lr: float) -> dict:
+        """The per-step metrics every engine logs (`s`: the rollout's episode stats)."""
         return {
             "train/success": s["success_rate"],
             "train/mean_return": s["mean_return"],
@@ -162,91 +196,12 @@ class RLTrainer:
             "train/invalid_rate": s["invalid_action_rate"],
             "train/env_steps": float(self.env_steps),
             "time/rollout_s": t_roll,
-            "time/update_s": time.perf_counter() - t1,
+            "time/update_s": t_update,
             "actor/lr": lr,
             "actor/kl_coef": self.kl_ctl.value,
             # tree rollouts (rollout.mode=tree) report no generation throughput
             **({"rollout/tokens_per_s": s["tokens_per_s"]} if "tokens_per_s" in s else {}),
         }
-
-    def sync_reference(self) -> None:
-        """After the warm start: KL is measured against the policy RL starts from."""
-        if self.ref is not None:
-            self.ref.load_state_dict(self.model.state_dict())
-
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        c = self.cfg
-        self.model.eval()
-        return evaluate_policy(
-            self.backend,
-            self.tokenizer,
-            c.env.id,
-            c.env.kwargs,
-            c.agent,
-            c.rollout,
-            c.eval,
-            num_episodes=num_episodes,
-            split=c.env.eval_split,
-        )
-
-    def rl_step(self) -> dict[str, float]:
-        """One rollout batch and its update; returns the step's metrics."""
-        c, a = self.cfg, self.cfg.algo
-        t0 = time.perf_counter()
-        task_seed = step_seed(c.trainer.seed, self.step, 1)
-        if self.task_seeds is None:
-            seeds = draw_seeds(c.rollout.num_tasks, task_seed)
-        else:
-            seeds = sample_task_seeds(self.task_seeds, c.rollout.num_tasks, task_seed)
-        rcfg = replace(c.rollout, seed=step_seed(c.trainer.seed, self.step, 2))
-        self.model.eval()
-        rollout_fn = run_rollout
-        if c.rollout.mode == "tree":  # search trees as rollouts: arborl.search.training
-            from arborl.search.training import tree_rollout as rollout_fn
-        res = rollout_fn(
-            self.backend, self.tokenizer, self.pool, seeds, rcfg, c.agent, split=c.env.train_split
-        )
-        batch = res.batch
-        t_roll = time.perf_counter() - t0
-        self.env_steps += len(batch)
-        rewards, metrics = batch_rewards(
-            batch, len(res.trajectories), c.reward.sources, res.trajectories
-        )
-        mtok = a.micro_batch_tokens
-        if self.ref is not None:
-            batch["ref_logp"] = score_rows(self.ref, batch, rcfg.temperature, mtok)
-        values = None
-        if self.critic is not None:
-            with torch.no_grad():
-                values = critic_values(self.critic, batch, mtok)
-        train, adv_metrics = attach_advantages(batch, rewards, a, values)
-        metrics.update(adv_metrics)
-        t1 = time.perf_counter()
-        if len(train):
-            self.model.train()
-            up = ppo_update(
-                self.model, self.opt, train, a, rcfg.temperature, self.gen, self.kl_ctl.value
-            )
-            metrics.update(up.stats)
-            self._count_bad(up.skipped)
-            if self.critic is not None:
-                cup = critic_update(self.critic, self.critic_opt, batch, a, self.gen)
-                metrics.update(cup.stats)
-                self._count_bad(cup.skipped)
-        with warnings.catch_warnings():
-            # The schedule counts RL steps; a step whose rows all had zero advantage took
-            # no optimizer step, which torch warns about. That is expected here.
-            warnings.simplefilter("ignore", UserWarning)
-            self.sched.step()
-        if "actor/kl" in metrics:
-            self.kl_ctl.update(metrics["actor/kl"], len(batch))
-        metrics.update(self._step_metrics(res.stats, t_roll, t1, self.sched.get_last_lr()[0]))
-        if c.trainer.save_trajectories:
-            write_trajectories(
-                self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
-                res.trajectories[: c.trainer.save_trajectories],
-            )
-        return metrics
 
     def _count_bad(self, skipped: int) -> None:
         if skipped:
@@ -261,60 +216,39 @@ class RLTrainer:
                     "or check the rewards"
                 )
 
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+        return self.engine.evaluate(num_episodes)
+
     # --- checkpoints --------------------------------------------------------------------
     def save(self) -> Path:
+        """`checkpoints/step-N/`: the engine's parts and `trainer_state.pt`, atomically."""
         state = {
-            "optimizer": self.opt.state_dict(),
-            "scheduler": self.sched.state_dict(),
+            "backend": self.engine.name,
             "generator": self.gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "backend_generator": self.backend._generator.get_state(),
             "env_steps": self.env_steps,
             "bad_steps": self.bad_steps,
             "kl_coef": self.kl_ctl.value,
             "history": self.history,
         }
-        if self.critic_opt is not None:
-            state["critic_optimizer"] = self.critic_opt.state_dict()
-        if self.ref is not None:  # after a warm start it is not the spec's initial weights
-            state["reference"] = self.ref.state_dict()
-        return save_checkpoint(
-            self.run.path,
-            self.step,
-            self.model,
-            self.tokenizer,
-            state,
-            critic=self.critic,
-            keep=self.cfg.trainer.keep_checkpoints,
-            extra_files={"arborl_agent.json": json.dumps(to_dict(self.cfg.agent), default=str)},
+        return write_checkpoint(
+            self.run.path, self.step, self.engine.save, state, self.cfg.trainer.keep_checkpoints
         )
 
     def load(self, ckpt: Path) -> None:
-        from safetensors.torch import load_file
-
-        weights = load_file(ckpt / "policy" / "model.safetensors")
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise RuntimeError(
-                f"checkpoint {ckpt} does not match the model: {missing} {unexpected}"
-            )
-        if self.model.config.tie_word_embeddings:
-            self.model.tie_weights()
         st = load_state(ckpt)
-        self.opt.load_state_dict(st["optimizer"])
-        self.sched.load_state_dict(st["scheduler"])
+        written_by = st.get("backend", "local")
+        if written_by != self.engine.name:
+            raise RuntimeError(
+                f"{ckpt} was written by trainer.backend={written_by}; resume it with that "
+                f"backend, or start trainer.backend={self.engine.name} from its policy: "
+                f"model.name_or_path={ckpt}/policy sft.enabled=false"
+            )
+        self.engine.load(Path(ckpt), st)
         self.gen.set_state(st["generator"])
-        if self.ref is not None and "reference" in st:
-            self.ref.load_state_dict(st["reference"])
-        torch.set_rng_state(st["torch_rng"])
-        self.backend._generator.set_state(st["backend_generator"])
         self.step, self.env_steps, self.bad_steps = st["step"], st["env_steps"], st["bad_steps"]
         self.kl_ctl.value = st["kl_coef"]
         self.history = st["history"]
-        if self.critic is not None:
-            critic = ValueModel.from_pretrained(ckpt / "critic")
-            self.critic.load_state_dict(critic.state_dict())
-            self.critic_opt.load_state_dict(st["critic_optimizer"])
+        self.engine.sync_weights()
 
     # --- the run ------------------------------------------------------------------------
     def fit(self) -> dict:
@@ -330,21 +264,21 @@ class RLTrainer:
             return self._fit(logger)
         finally:
             logger.close()
-            self.pool.close()
+            self.engine.close()
             self.run.close()
 
     def _fit(self, logger: MetricsLogger) -> dict:
         c = self.cfg
         t_start = time.perf_counter()
         ckpt = resolve_resume(c.trainer.resume, self.run.path)
+        sft = self.engine.prepare(warm_start=ckpt is None and c.sft.enabled and c.sft.steps > 0)
+        if sft is not None:
+            logger.log(0, {"phase": "sft", **{k: v for k, v in sft.items() if k != "sft/demos"}})
         if ckpt is not None:
             self.load(ckpt)
             log.info("resumed from %s at step %d", ckpt, self.step)
             logger.bar.update(self.step)
         else:
-            if c.sft.enabled and c.sft.steps > 0:
-                self.warm_start(logger)
-                self.sync_reference()
             before = self.evaluate()
             self.history["before"] = before
             log.info(

@@ -8,6 +8,7 @@ token), never the prompt or the observation.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterable
@@ -168,3 +169,46 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     if logger is not None and not log_steps:
         logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
     return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos))}
+
+
+def sft_job(cfg) -> dict:
+    """`arborl sft`: the warm start of `arborl train` as its own run. Writes the run folder
+    (config.yaml, metrics.jsonl with every SFT step, the policy in HF format under
+    `checkpoints/sft/policy` with its agent settings, summary.json with the held-out
+    success after SFT) and returns the summary."""
+    from arborl.agent.settings import save_agent_settings
+    from arborl.generation.hf import HFBackend
+    from arborl.models import save_policy
+    from arborl.train.build import build_policy, set_threads
+    from arborl.train.evaluate import evaluate_policy
+    from arborl.train.runlog import MetricsLogger, RunDir
+
+    set_threads(cfg)
+    run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
+    logger = MetricsLogger(
+        run, total=cfg.sft.steps, desc="SFT", keys=("sft/loss",),
+        disable_bar=not cfg.trainer.progress,
+    )  # fmt: skip
+    try:
+        model, tokenizer = build_policy(cfg)
+        stats = warm_start(model, tokenizer, cfg, logger, log_steps=True)
+        policy_dir = save_policy(model, tokenizer, run.path / "checkpoints" / "sft" / "policy")
+        save_agent_settings(policy_dir, cfg.agent)
+        model.eval()
+        backend = HFBackend(model, tokenizer, max_batch_size=128)
+        after = evaluate_policy(
+            backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
+            split=cfg.env.eval_split,
+        )  # fmt: skip
+        logger.log(cfg.sft.steps, {f"eval/final_{k}": v for k, v in after.items()})
+        summary = {
+            "sft": stats,
+            "after": after,
+            "policy": str(policy_dir),
+            "run_dir": str(run.path),
+        }
+        (run.path / "summary.json").write_text(json.dumps(summary, indent=2))
+    finally:
+        logger.close()
+        run.close()
+    return summary

@@ -1,5 +1,17 @@
 """The PPO-family update over a step-view Batch: minibatches, token-budget micro-batches,
-gradient accumulation and clipping, NaN guards.
+gradient accumulation and clipping, NaN guards — written once for 1 process or N ranks.
+
+The actor and critic loops (`actor_update`, `critic_fit`) take a list of minibatches (this
+rank's rows of each; `info["num_seqs"]`/`info["num_tokens"]` hold the counts of the whole
+minibatch) and a communication object `comm` (`Comm`). `LOCAL` is the 1-process one: every
+call is a no-op and `world_size` is 1. On Ray train ranks `arborl.distributed.comm.FSDPComm`
+gathers FSDP2 parameters for a minibatch, reduce-scatters gradients once per optimizer step
+and all-reduces the stats and the skip decision, so N ranks take the 1-process step (up to
+float summation order; `tests/distributed/test_fsdp_equivalence.py`).
+
+`minibatch_schedule` is the one minibatch order: per epoch one permutation drawn from the
+trainer's generator, split into `algo.minibatch_size` rows. `ppo_update` and
+`critic_update` are the 1-process entry points (schedule + loop with `LOCAL`).
 
 Rows are (prompt, response) pairs with the layout of `arborl.rollout.batching`: the
 response of every row starts at column P, so `token_logprobs(...)[:, P-1:]` scores it.
@@ -11,8 +23,11 @@ for the batch's longest one.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -74,42 +89,160 @@ def response_logp(model, mb: Batch, prompt_len: int, temperature: float, with_en
     return logp, entropy, a
 
 
-def ppo_update(model, optimizer, batch: Batch, algo, temperature: float, generator, kl_coef: float):
-    """`algo.ppo_epochs` passes of minibatch PPO over `batch` (which must hold `adv`,
-    `old_logp`, `response_mask`, `weight`, and `ref_logp` when kl_coef > 0)."""
-    prompt_len = int(batch.info["prompt_length"])
-    sums: dict[str, float] = {}
-    count, skipped = 0, 0
+class Comm(Protocol):
+    """What the update loops need from the ranks they run on (see the module docstring)."""
+
+    world_size: int
+
+    def all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
+        """`values` summed ("sum") or maxed ("max") over ranks."""
+        ...
+
+    def gathered(self, model) -> contextlib.AbstractContextManager:
+        """A block in which `model`'s full parameters are present and no forward or
+        backward communicates."""
+        ...
+
+    def sync_gradients(self, model, zero_pass: Callable[[], None]) -> None:
+        """Reduce the gradients accumulated on every rank (one collective pass)."""
+        ...
+
+    def norm_value(self, norm) -> float:
+        """A gradient norm from `clip_grad_norm_` as a float of the whole model."""
+        ...
+
+
+class LocalComm:
+    """The 1-process `Comm`: nothing to gather, reduce or synchronise."""
+
+    world_size = 1
+
+    def all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
+        return list(values)
+
+    def gathered(self, model) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def sync_gradients(self, model, zero_pass: Callable[[], None]) -> None:
+        return None
+
+    def norm_value(self, norm) -> float:
+        return float(norm)
+
+
+LOCAL = LocalComm()
+
+# Stats of `_micro_loss` computed with the minibatch's global denominators: they add up
+# over micro-batches and ranks. MEANS are token-weighted means; ratio_max is a max.
+ADDITIVE = ("actor/pg_loss", "actor/kl", "actor/entropy")
+MEANS = ("actor/clipfrac", "actor/clipfrac_dual", "actor/approx_kl", "actor/ratio_mean")
+UNBOUNDED = 10**9  # a token budget that keeps a micro-batch in one forward
+
+
+def minibatch_schedule(batch: Batch, algo, generator: torch.Generator) -> list[Batch]:
+    """The minibatches of `algo.ppo_epochs` passes: per epoch one permutation of the rows
+    (from `generator`), split into `algo.minibatch_size` rows, each with its own counts."""
+    out = []
     for _ in range(algo.ppo_epochs):
         perm = torch.randperm(len(batch), generator=generator)
-        for mb_rows in batch.reorder(perm).split(algo.minibatch_size):
-            optimizer.zero_grad(set_to_none=True)
-            num_seqs = float(len(mb_rows))
-            num_tokens = float(mb_rows.tensors["response_mask"].sum())
-            ok, mstats = True, {}
-            for mb in micro_batches(mb_rows, algo.micro_batch_tokens):
-                loss, mstats = _micro_loss(
+        for mb in batch.reorder(perm).split(algo.minibatch_size):
+            mb.info.update(minibatch_counts(mb))
+            out.append(mb)
+    return out
+
+
+def minibatch_counts(mb: Batch) -> dict[str, float]:
+    """`num_seqs` and `num_tokens` (response tokens) of a whole minibatch."""
+    tokens = float(mb.tensors["response_mask"].sum()) if "response_mask" in mb.tensors else 0.0
+    return {"num_seqs": float(len(mb)), "num_tokens": tokens}
+
+
+def _micro_batches(shard: Batch | None, max_tokens: int) -> list[Batch]:
+    return micro_batches(shard, max_tokens) if shard is not None and len(shard) else []
+
+
+def ppo_update(model, optimizer, batch: Batch, algo, temperature: float, generator, kl_coef: float):
+    """`algo.ppo_epochs` passes of minibatch PPO over `batch` in one process (`batch` must
+    hold `adv`, `old_logp`, `response_mask`, `weight`, and `ref_logp` when kl_coef > 0)."""
+    mbs = minibatch_schedule(batch, algo, generator)
+    return actor_update(model, optimizer, mbs, mbs[0][:1], algo, temperature, kl_coef)
+
+
+def actor_update(
+    model,
+    optimizer,
+    minibatches: Sequence[Batch | None],
+    template: Batch,
+    algo,
+    temperature: float,
+    kl_coef: float,
+    comm: Comm = LOCAL,
+) -> UpdateResult:
+    """One optimizer step per entry of `minibatches` (this rank's rows of each minibatch,
+    None where it has none; `template` is one row of the batch, for the row-less ranks'
+    counts and the gradient-sync pass). Stats are over each whole minibatch, averaged over
+    the optimizer steps taken."""
+    prompt_len = int(template.info["prompt_length"])
+    world = comm.world_size
+    sums: dict[str, float] = {}
+    count = skipped = 0
+    for shard in minibatches:
+        optimizer.zero_grad(set_to_none=True)
+        info = (shard if shard is not None else template).info
+        num_seqs, num_tokens = float(info.get("num_seqs", 1)), float(info.get("num_tokens", 1))
+        acc = {**dict.fromkeys(ADDITIVE, 0.0), **dict.fromkeys(MEANS, 0.0)}
+        tokens, ratio_max, finite = 0.0, 0.0, 1.0
+        with comm.gathered(model):
+            for mb in _micro_batches(shard, algo.micro_batch_tokens):
+                loss, st = _micro_loss(
                     model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens
                 )
                 if not torch.isfinite(loss):
-                    ok = False
-                    break
-                loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), algo.grad_clip if algo.grad_clip > 0 else float("inf")
-            )
-            if not ok or not math.isfinite(float(grad_norm)):
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
-            optimizer.step()
-            mstats["actor/grad_norm"] = float(grad_norm)
-            for k, v in mstats.items():
-                sums[k] = sums.get(k, 0.0) + v
-            count += 1
+                    finite = 0.0
+                    break  # the step is skipped: no need to score the rest
+                # A sharded backward averages gradients over ranks; scale so it sums.
+                (loss if world == 1 else world * loss).backward()
+                w = float(mb.tensors["response_mask"].sum())
+                tokens += w
+                for k in acc:  # sums for ADDITIVE, token-weighted sums for MEANS
+                    acc[k] += st.get(k, 0.0) * (1.0 if k in ADDITIVE else w)
+                ratio_max = max(ratio_max, st.get("actor/ratio_max", 0.0))
+
+            def zero_pass():
+                logp, _, _ = response_logp(model, template[:1], prompt_len, temperature, False)
+                (0.0 * logp.sum()).backward()
+
+            comm.sync_gradients(model, zero_pass)
+        clip = algo.grad_clip if algo.grad_clip > 0 else float("inf")
+        grad_norm = comm.norm_value(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+        red = comm.all_reduce([finite, tokens, *acc.values()])
+        (red_max,) = comm.all_reduce([ratio_max], "max")
+        if red[0] < world or not math.isfinite(grad_norm):
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            continue
+        optimizer.step()
+        totals = dict(zip(ADDITIVE, red[2 : 2 + len(ADDITIVE)]))
+        mstats = {k: v for k, v in totals.items() if _had(k, kl_coef, algo)}
+        for k, v in zip(MEANS, red[2 + len(ADDITIVE) :]):
+            mstats[k] = v / max(red[1], 1e-12)
+        mstats["actor/ratio_max"] = red_max
+        mstats["actor/grad_norm"] = grad_norm
+        for k, v in mstats.items():
+            sums[k] = sums.get(k, 0.0) + v
+        count += 1
     stats = {k: v / max(count, 1) for k, v in sums.items()}
     stats["actor/optimizer_steps"] = float(count)
     return UpdateResult(stats, skipped)
+
+
+def _had(key: str, kl_coef: float, algo) -> bool:
+    """Did `_micro_loss` produce this optional stat (KL term, entropy bonus)?"""
+    if key == "actor/kl":
+        return kl_coef > 0 and not algo.kl_in_reward
+    if key == "actor/entropy":
+        return algo.entropy_coef > 0
+    return True
 
 
 def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens):
@@ -162,31 +295,51 @@ def critic_values(critic, batch: Batch, max_tokens: int) -> torch.Tensor:
 
 
 def critic_update(critic, optimizer, batch: Batch, algo, generator) -> UpdateResult:
-    """Fit the critic's state values to `returns` (value clipping around `old_values`).
-    The logged value loss is the row-weighted mean over each whole minibatch; a step with a
-    non-finite gradient is skipped and counted in `skipped`, like the actor's."""
+    """Fit the critic's state values to `returns` in one process (see `critic_fit`)."""
+    mbs = minibatch_schedule(batch, algo, generator)
+    return critic_fit(critic, optimizer, mbs, mbs[0][:1], algo)
+
+
+def critic_fit(
+    critic, optimizer, minibatches: Sequence[Batch | None], template: Batch, algo,
+    comm: Comm = LOCAL,
+) -> UpdateResult:  # fmt: skip
+    """One optimizer step per minibatch: the critic's state values regressed on `returns`
+    (value clipping around `old_values`). Each micro-batch's loss is weighted by its share
+    of the whole minibatch, so the logged value loss is the minibatch's row-weighted mean
+    and the ranks' losses sum to the 1-process loss; a step with a non-finite gradient or
+    loss is skipped and counted in `skipped`, like the actor's."""
+    world = comm.world_size
     sums, count, skipped = {}, 0, 0
-    for _ in range(algo.ppo_epochs):
-        perm = torch.randperm(len(batch), generator=generator)
-        for mb_rows in batch.reorder(perm).split(algo.minibatch_size):
-            optimizer.zero_grad(set_to_none=True)
-            mb_loss = 0.0
-            for mb in micro_batches(mb_rows, algo.micro_batch_tokens):
+    for shard in minibatches:
+        optimizer.zero_grad(set_to_none=True)
+        num_rows = float((shard if shard is not None else template).info.get("num_seqs", 1))
+        mb_loss = 0.0
+        with comm.gathered(critic):
+            for mb in _micro_batches(shard, algo.micro_batch_tokens):
                 values = critic_values(critic, mb, algo.micro_batch_tokens)
-                loss, vstats = algos.value_loss(
+                loss, _ = algos.value_loss(
                     values[:, None], mb.tensors["old_values"][:, None],
                     mb.tensors["returns"][:, None], torch.ones(len(mb), 1),
                     clip=algo.value_clip, agg="token-mean",
                 )  # fmt: skip
-                share = len(mb) / len(mb_rows)
-                (algo.vf_coef * loss * share).backward()
-                mb_loss = mb_loss + float(loss.detach()) * share
-            gn = torch.nn.utils.clip_grad_norm_(critic.parameters(), algo.grad_clip or float("inf"))
-            if not math.isfinite(float(gn)) or not math.isfinite(mb_loss):
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
-            optimizer.step()
-            sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + mb_loss
-            count += 1
+                share = len(mb) / num_rows
+                (world * algo.vf_coef * loss * share).backward()
+                mb_loss += float(loss.detach()) * share
+
+            def zero_pass():
+                (0.0 * critic_values(critic, template[:1], UNBOUNDED).sum()).backward()
+
+            comm.sync_gradients(critic, zero_pass)
+        gn = comm.norm_value(
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), algo.grad_clip or float("inf"))
+        )
+        (total,) = comm.all_reduce([mb_loss])
+        if not math.isfinite(gn) or not math.isfinite(total):
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            continue
+        optimizer.step()
+        sums["critic/value_loss"] = sums.get("critic/value_loss", 0.0) + total
+        count += 1
     return UpdateResult({k: v / max(count, 1) for k, v in sums.items()}, skipped)

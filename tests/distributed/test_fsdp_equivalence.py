@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from arborl.distributed.controller import CRITIC_KEYS, SCORE_KEYS
 from arborl.distributed.dispatch import WorkerGroup
 from arborl.distributed.workers import TrainRole
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel, load_policy
 from arborl.rollout import draw_seeds, run_rollout
 from arborl.train.config import load_train_config
-from arborl.train.rl import attach_advantages, batch_rewards
+from arborl.train.rl import CRITIC_KEYS, SCORE_KEYS, attach_advantages, batch_rewards
 from arborl.train.sft import lr_lambda
 from arborl.train.update import critic_update, critic_values, ppo_update, score_rows
 

@@ -54,7 +54,7 @@ def _rl_records(run):
 def _kill_worker_after_step_1(trainer):
     if trainer.step != 0:  # called at the end of rl_step, before the step counter moves
         return
-    handle = trainer.pool.group.handles[0]
+    handle = trainer.engine.fleet.group.handles[0]
     import ray
 
     pid = ray.get(handle.pid.remote())
@@ -96,7 +96,7 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
         "trainer.total_steps=3", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
     )  # fmt: skip
     trainer = RLTrainer(cfg)
-    assert type(trainer).__name__ == "RayTrainer"  # trainer.backend=ray dispatches
+    assert type(trainer.engine).__name__ == "RayEngine"  # trainer.backend=ray composes it
     trainer.callbacks.append(_kill_worker_after_step_1)
     summary = trainer.fit()
     run = tmp_path / "fault"

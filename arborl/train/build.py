@@ -1,0 +1,102 @@
+"""One builder for the parts of a run, used by every place that needs them: the local
+engine, the Ray train ranks and rollout workers, checkpoint export and `arborl sft`.
+
+Each function takes the run's `TrainConfig` (plus what it builds on) and returns one part,
+built the same way wherever it is called, so a 2-rank Ray run and a local run start from
+identical weights, optimizers and schedules:
+
+  policy (+LoRA)  `build_policy`     critic       `build_critic` (None without one)
+  reference       `build_reference`  optimizers   `build_optimizer`, `build_critic_optimizer`
+  KL control      `build_kl_controller`          env pool     `build_train_pool`
+  LR schedule     `scheduler_step`
+
+The agent settings saved with a policy are `arborl.agent.settings` (one writer, one reader).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+
+from arborl import algos
+from arborl.envs import make_pool
+from arborl.models import ValueModel, apply_lora, load_policy
+from arborl.train.config import TrainConfig
+from arborl.train.sft import lr_lambda
+
+
+def set_threads(cfg: TrainConfig) -> None:
+    """torch intra-op threads of this process (`trainer.num_threads`; None keeps torch's)."""
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+
+
+def needs_critic(cfg: TrainConfig) -> bool:
+    """Does `algo.name` train a value model? (algo "ppo" is GAE over a critic.)"""
+    return algos.needs_critic("gae" if cfg.algo.name == "ppo" else cfg.algo.name)
+
+
+def build_policy(cfg: TrainConfig, path: str | None = None):
+    """(model, tokenizer): `path` (a saved policy) or `model.name_or_path`, + LoRA."""
+    m = cfg.model
+    model, tokenizer = load_policy(path or m.name_or_path, dtype=m.dtype, seed=m.seed)
+    if m.lora_rank:
+        model = apply_lora(model, r=m.lora_rank, alpha=m.lora_alpha)
+    return model, tokenizer
+
+
+def build_critic(cfg: TrainConfig) -> ValueModel | None:
+    """The value model (same architecture as the policy spec, its own seed), if needed."""
+    if not needs_critic(cfg):
+        return None
+    return ValueModel.from_policy_spec(cfg.model.name_or_path, seed=cfg.model.seed + 1)
+
+
+def build_reference(cfg: TrainConfig, policy) -> torch.nn.Module | None:
+    """A frozen copy of `policy` (LoRA included) when a KL term needs one (`algo.kl_coef`).
+    Build it from the policy RL starts from: after a warm start, re-sync it."""
+    if cfg.algo.kl_coef <= 0:
+        return None
+    return copy.deepcopy(policy).requires_grad_(False)
+
+
+def build_optimizer(cfg: TrainConfig, model):
+    """(AdamW over the trainable parameters, its LR schedule over `trainer.total_steps`)."""
+    a = cfg.algo
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=a.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lr_lambda(a.warmup_steps, cfg.trainer.total_steps, a.lr_schedule)
+    )
+    return opt, sched
+
+
+def build_critic_optimizer(cfg: TrainConfig, critic) -> torch.optim.Optimizer | None:
+    return None if critic is None else torch.optim.AdamW(critic.parameters(), lr=cfg.algo.critic_lr)
+
+
+def build_kl_controller(cfg: TrainConfig):
+    """Adaptive toward `algo.kl_target` when it is set, else fixed at `algo.kl_coef`."""
+    a = cfg.algo
+    if a.kl_target is not None:
+        return algos.make_kl_controller("adaptive", a.kl_coef, a.kl_target)
+    return algos.make_kl_controller("fixed", a.kl_coef)
+
+
+def build_train_pool(cfg: TrainConfig, num_envs: int | None = None):
+    """The training env pool in `env.pool_mode` (default: one env per episode of a step)."""
+    n = num_envs if num_envs is not None else cfg.rollout.num_tasks * cfg.rollout.group_size
+    mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
+    return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **cfg.env.kwargs)
+
+
+def scheduler_step(sched) -> float:
+    """Advance the LR schedule one RL step; returns the new LR. The schedule counts RL
+    steps, and a step whose rows all had zero advantage took no optimizer step, which
+    torch warns about: expected here, so silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        sched.step()
+    return float(sched.get_last_lr()[0])

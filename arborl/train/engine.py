@@ -1,0 +1,235 @@
+"""Engines: where the model work of the one RL loop (`arborl.train.rl.RLTrainer`) runs.
+
+The trainer owns everything that decides *what* is trained (step seeds, rewards,
+advantages, the minibatch order, KL control, the bad-step guard, metrics, evaluation
+cadence, the atomic checkpoint writer); an engine owns the models and does the work it is
+asked for, behind the small `Engine` protocol below. `trainer.backend` picks one from
+`ENGINES`:
+
+  local  `LocalEngine` (this file): one process, the policy and its generation backend
+         share weights, so weight sync is a no-op.
+  ray    `arborl.distributed.engine:RayEngine`: a driver over Ray rollout workers and an
+         FSDP2 train group (registered as a lazy entry point, so `arborl.train` never
+         imports `arborl.distributed`).
+
+A new engine (e.g. rollouts on vLLM) is a class implementing `Engine`, registered with
+`ENGINES.register("name", "pkg.module:Class")`: no edit to the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from arborl.data import Batch
+from arborl.generation.hf import HFBackend
+from arborl.models import ValueModel
+from arborl.registry import Registry
+from arborl.rollout import RolloutConfig
+from arborl.train import build, sft
+from arborl.train.config import TrainConfig
+from arborl.train.evaluate import evaluate_policy
+from arborl.train.rollout_modes import rollout_step
+from arborl.train.update import UpdateResult, actor_update, critic_fit, critic_values, score_rows
+
+
+@dataclass
+class RolloutPlan:
+    """What one RL step rolls out: the task seeds and the step's (seeded) rollout config."""
+
+    step: int
+    seeds: list[int]
+    rollout: RolloutConfig
+
+
+@dataclass
+class RolloutOutput:
+    """A step's rollout: the step-view Batch, its trajectories and the episode stats."""
+
+    batch: Batch
+    trajectories: list
+    stats: dict[str, float]
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Engine-specific per-step metrics (e.g. worker restarts), logged as they are."""
+
+
+class Engine(Protocol):
+    """The model work of an RL run. Every method is called by `RLTrainer` only."""
+
+    name: str
+    """The `trainer.backend` value; stored in checkpoints and checked on resume."""
+
+    def prepare(self, warm_start: bool) -> dict[str, float] | None:
+        """Make the engine ready to roll out; with `warm_start`, SFT the policy first (the
+        KL reference is then the SFT policy). Returns the SFT stats (None without)."""
+        ...
+
+    def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
+        """Roll out `plan` with the current weights. `upcoming` is the next step's plan,
+        which an asynchronous engine may launch now (`trainer.one_step_off`)."""
+        ...
+
+    def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
+        """(R, A) log-probs of every row's response under the frozen reference."""
+        ...
+
+    def values(self, batch: Batch) -> torch.Tensor:
+        """(R,) critic value of every row's state."""
+        ...
+
+    def update(
+        self,
+        actor_minibatches: list[Batch],
+        critic_minibatches: list[Batch] | None,
+        temperature: float,
+        kl_coef: float,
+    ) -> UpdateResult:
+        """One optimizer step per minibatch, in the given order (actor, then critic)."""
+        ...
+
+    def scheduler_step(self) -> float:
+        """Advance the LR schedule one RL step; the new policy LR."""
+        ...
+
+    def sync_weights(self) -> dict[str, float]:
+        """Make the rollout side use the updated weights; metrics of the sync."""
+        ...
+
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+        """Held-out episodes (`arborl.train.evaluate.summarize_eval`'s metric names)."""
+        ...
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write this engine's part of a checkpoint into `directory` (a temporary folder
+        the trainer renames into place); returns state for `trainer_state.pt`."""
+        ...
+
+    def load(self, directory: Path, state: dict[str, Any]) -> None:
+        """Restore what `save` wrote (and the state it returned)."""
+        ...
+
+    def close(self) -> None:
+        """Release pools, workers and processes."""
+        ...
+
+
+ENGINES: Registry[type] = Registry("trainer.backend")
+"""`trainer.backend` -> engine class, built as `cls(cfg, run_dir)`."""
+
+
+@ENGINES.register("local")
+class LocalEngine:
+    """Everything in this process: policy + LoRA, HF generation backend, critic,
+    reference, optimizers, and the training env pool in `env.pool_mode`."""
+
+    name = "local"
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:
+        self.cfg = cfg
+        build.set_threads(cfg)
+        self.model, self.tokenizer = build.build_policy(cfg)
+        self.backend = HFBackend(self.model, self.tokenizer, max_batch_size=128)
+        self.critic = build.build_critic(cfg)
+        self.critic_opt = build.build_critic_optimizer(cfg, self.critic)
+        self.ref = build.build_reference(cfg, self.model)  # re-synced after a warm start
+        self.opt, self.sched = build.build_optimizer(cfg, self.model)
+        self.pool = build.build_train_pool(cfg)
+
+    def prepare(self, warm_start: bool) -> dict[str, float] | None:
+        if not warm_start:
+            return None
+        stats = sft.warm_start(self.model, self.tokenizer, self.cfg)
+        if self.ref is not None:  # KL is measured against the policy RL starts from
+            self.ref.load_state_dict(self.model.state_dict())
+        return stats
+
+    def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
+        c = self.cfg
+        self.model.eval()
+        res = rollout_step(
+            self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c, c.env.train_split
+        )
+        return RolloutOutput(res.batch, res.trajectories, res.stats)
+
+    def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
+        return score_rows(self.ref, batch, temperature, self.cfg.algo.micro_batch_tokens)
+
+    @torch.no_grad()
+    def values(self, batch: Batch) -> torch.Tensor:
+        return critic_values(self.critic, batch, self.cfg.algo.micro_batch_tokens)
+
+    def update(self, actor_minibatches, critic_minibatches, temperature, kl_coef) -> UpdateResult:
+        self.model.train()
+        a = self.cfg.algo
+        template = actor_minibatches[0][:1]
+        up = actor_update(
+            self.model, self.opt, actor_minibatches, template, a, temperature, kl_coef
+        )
+        if critic_minibatches:
+            cup = critic_fit(
+                self.critic, self.critic_opt, critic_minibatches, critic_minibatches[0][:1], a
+            )
+            up = UpdateResult({**up.stats, **cup.stats}, up.skipped + cup.skipped)
+        return up
+
+    def scheduler_step(self) -> float:
+        return build.scheduler_step(self.sched)
+
+    def sync_weights(self) -> dict[str, float]:
+        return {}  # the generation backend holds the trained model itself
+
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+        c = self.cfg
+        self.model.eval()
+        return evaluate_policy(
+            self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
+            num_episodes=num_episodes, split=c.env.eval_split,
+        )  # fmt: skip
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        from arborl.agent.settings import save_agent_settings
+
+        policy_dir = directory / "policy"
+        self.model.save_pretrained(policy_dir)
+        self.tokenizer.save_pretrained(policy_dir)
+        save_agent_settings(policy_dir, self.cfg.agent)
+        state = {
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "generation_backend": self.backend.state_dict(),
+        }
+        if self.critic is not None:
+            self.critic.save_pretrained(directory / "critic")
+            state["critic_optimizer"] = self.critic_opt.state_dict()
+        if self.ref is not None:  # after a warm start it is not the spec's initial weights
+            state["reference"] = self.ref.state_dict()
+        return state
+
+    def load(self, directory: Path, state: dict[str, Any]) -> None:
+        from safetensors.torch import load_file
+
+        weights = load_file(directory / "policy" / "model.safetensors")
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:
+            raise RuntimeError(
+                f"checkpoint {directory} does not match the model: {missing} {unexpected}"
+            )
+        if self.model.config.tie_word_embeddings:
+            self.model.tie_weights()
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        if self.ref is not None and "reference" in state:
+            self.ref.load_state_dict(state["reference"])
+        torch.set_rng_state(state["torch_rng"])
+        self.backend.load_state_dict(state["generation_backend"])
+        if self.critic is not None:
+            critic = ValueModel.from_pretrained(directory / "critic")
+            self.critic.load_state_dict(critic.state_dict())
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
+
+    def close(self) -> None:
+        self.pool.close()
