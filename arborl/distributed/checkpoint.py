@@ -2,7 +2,8 @@
 
 A Ray-mode checkpoint is the local layout plus one folder:
   checkpoints/step-N/sharded/    `torch.distributed.checkpoint` files, one per rank
-                                 (actor, its AdamW state, critic and its optimizer),
+                                 (actor, its AdamW state, critic and its optimizer, the
+                                 KL reference),
                                  and `scheduler.pt` written by rank 0
   checkpoints/step-N/policy/     the full policy in Hugging Face format (+ tokenizer and
                                  `arborl_agent.json`): what `arborl eval` / `arborl serve` load
@@ -23,13 +24,15 @@ SCHEDULER_FILE = "scheduler.pt"
 
 
 def _states(role) -> dict:
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     model_sd, optim_sd = get_state_dict(role.model, role.opt)
     state = {"model": model_sd, "optim": optim_sd}
     if role.critic is not None:
         critic_sd, critic_optim_sd = get_state_dict(role.critic, role.critic_opt)
         state.update(critic=critic_sd, critic_optim=critic_optim_sd)
+    if role.ref is not None:  # the SFT policy, which a resumed rank cannot rebuild
+        state["reference"] = get_model_state_dict(role.ref)
     return state
 
 
@@ -46,7 +49,7 @@ def save_sharded(role, directory: Path) -> None:
 def load_sharded(role, directory: Path) -> None:
     """Load what `save_sharded` wrote into `role`'s (already sharded) models/optimizers."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
     path = directory / SHARDED
     if not (path / ".metadata").exists():
@@ -66,6 +69,8 @@ def load_sharded(role, directory: Path) -> None:
             model_state_dict=state["critic"],
             optim_state_dict=state["critic_optim"],
         )
+    if role.ref is not None:
+        set_model_state_dict(role.ref, state["reference"])
     sched = torch.load(path / SCHEDULER_FILE, weights_only=False)
     role.sched.load_state_dict(sched["scheduler"])
 

@@ -233,3 +233,6 @@ class LocalEngine:
 
     def close(self) -> None:
         self.pool.close()
+
+
+ENGINES.register("ray", "arborl.distributed.engine:RayEngine")  # imported only when asked

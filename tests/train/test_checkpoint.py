@@ -69,10 +69,20 @@ def _assert_equal(a, b):
         assert torch.equal(a[k], b[k]), k
 
 
+# Both engines: the local one, and Ray with 2 FSDP2 train ranks and 2 rollout workers (a
+# KL term, so the sharded reference is saved and restored too).
+RAY = [
+    "trainer.backend=ray", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
+    "trainer.ray_cpus_per_worker=0.25", "algo.kl_coef=0.05",
+]  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_kill_and_resume_is_bit_exact(algo, tmp_path):
-    common = [f"algo={algo}", f"trainer.output_dir={tmp_path}"]
+@pytest.mark.parametrize(
+    "algo,engine", [("grpo", []), ("ppo", []), ("grpo", RAY)], ids=["grpo", "ppo", "grpo-ray"]
+)
+def test_kill_and_resume_is_bit_exact(algo, engine, tmp_path):
+    common = [f"algo={algo}", f"trainer.output_dir={tmp_path}", *engine]
     subprocess.run(
         _cmd([*common, "trainer.name=straight"]), env=_env(), check=True, capture_output=True
     )
