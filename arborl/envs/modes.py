@@ -19,7 +19,7 @@ import difflib
 from collections.abc import Callable
 from typing import Any
 
-from arborl.envs.manifest import MODES
+from arborl.envs.packages.manifest import MODES
 from arborl.envs.pool import EnvPool
 
 _BUILDERS: dict[str, Callable[..., Any]] = {}
@@ -32,8 +32,8 @@ def register_mode(name: str, builder: Callable[..., Any]) -> None:
 
 def package_context(env_id: str) -> dict[str, Any]:
     """The package facts of `env_id`: its manifest, interpreter and registry spec."""
-    from arborl.envs.isolate import interpreter_for
-    from arborl.envs.userdata import package_of
+    from arborl.envs.packages.isolate import interpreter_for
+    from arborl.envs.packages.userdata import package_of
 
     m = package_of(env_id)
     if m is None:
@@ -48,7 +48,7 @@ def _inproc(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:
     for key in ("timeout_s", "max_env_errors"):
         kw.pop(key, None)  # in-process calls cannot time out or crash separately
     if ctx["manifest"] is not None:
-        from arborl.envs.userdata import register_package_envs
+        from arborl.envs.packages.userdata import register_package_envs
 
         register_package_envs()  # the host must be able to import the env's module itself
     return EnvPool(env_id, num_envs, **kw)
@@ -60,8 +60,8 @@ def _pool_opts(kw: dict) -> dict:
 
 def _subprocess(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
                 **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.remote import RemotePool
-    from arborl.envs.subproc import SubprocessTransport
+    from arborl.envs.remote.base import RemotePool
+    from arborl.envs.remote.subproc import SubprocessTransport
 
     opts = _pool_opts(kw)
     t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers)
@@ -70,8 +70,8 @@ def _subprocess(env_id: str, num_envs: int, ctx: dict, num_workers: int | None =
 
 def _ray(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
          num_cpus_per_worker: float | None = None, **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.ray_pool import RayTransport
-    from arborl.envs.remote import RemotePool
+    from arborl.envs.remote.base import RemotePool
+    from arborl.envs.remote.ray_pool import RayTransport
 
     opts = _pool_opts(kw)
     cpus = num_cpus_per_worker or (ctx["manifest"].num_cpus if ctx["manifest"] else 0.25)
@@ -81,13 +81,13 @@ def _ray(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
 
 def _http(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = None,
           token: str | None = None, replicas: int = 1, **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.http_pool import HttpTransport
-    from arborl.envs.remote import RemotePool
+    from arborl.envs.remote.base import RemotePool
+    from arborl.envs.remote.http_pool import HttpTransport
 
     opts = _pool_opts(kw)
     servers = None
     if not urls:
-        from arborl.envs.serve import ReplicaSet
+        from arborl.envs.remote.serve import ReplicaSet
 
         servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
                              token=token, exit_with_parent=True).start()  # fmt: skip

@@ -43,7 +43,7 @@ class FunctionEvaluator:
 # --- built-in heuristics (observation text only) -------------------------------------------
 def countdown_value(view: NodeView) -> float:
     """1.0 if the shown numbers can still make the shown target, else 0.0."""
-    from arborl.envs.countdown import solve
+    from arborl.envs.builtin.countdown import solve
 
     m = _NUMBERS_RE.search(view.observation)
     if m is None:
@@ -59,7 +59,7 @@ def _grid(view: NodeView) -> list[str]:
 
 def maze_value(view: NodeView) -> float:
     """1 / (1 + BFS distance A -> G) on the grid shown; 0 when G cannot be reached."""
-    from arborl.envs.maze import bfs_distances
+    from arborl.envs.builtin.maze import bfs_distances
 
     grid = _grid(view)
     cells = {(r, c): ch for r, row in enumerate(grid) for c, ch in enumerate(row)}

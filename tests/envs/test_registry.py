@@ -10,7 +10,7 @@ import pytest
 
 import arborl.envs as envs
 from arborl.envs import check_env, make, register, registered_ids, registry, spec
-from arborl.envs.maze import MazeEnv
+from arborl.envs.builtin.maze import MazeEnv
 
 from .user_env_example import GuessDigitEnv
 
@@ -38,7 +38,7 @@ def test_builtins_registered_with_specs():
                    "arborl/WebShop-v0", "arborl/ToolQA-v0", "arborl/SQL-v0"):  # fmt: skip
         assert env_id in ids
     s = spec("arborl/Game24-v0")
-    assert s.entry_point == "arborl.envs.countdown:CountdownEnv"
+    assert s.entry_point == "arborl.envs.builtin.countdown:CountdownEnv"
     assert s.kwargs["target"] == 24 and s.max_turns == 8
 
 
@@ -68,7 +68,7 @@ def test_unversioned_id_and_bad_entry_point(clean_registry):
     register("user/Broken-v0", entry_point="arborl.envs.no_such_module:X")
     with pytest.raises(ImportError, match="no_such_module"):
         make("user/Broken-v0")
-    register("user/BadAttr-v0", entry_point="arborl.envs.maze:NoSuchEnv")
+    register("user/BadAttr-v0", entry_point="arborl.envs.builtin.maze:NoSuchEnv")
     with pytest.raises(AttributeError, match="NoSuchEnv"):
         make("user/BadAttr-v0")
 

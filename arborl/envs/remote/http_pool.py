@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from arborl.envs.remote import Reply
+from arborl.envs.remote.base import Reply
 
 _DOWN_S = 1.0
 """A URL that refused a connection is skipped this long before `/health` is tried."""

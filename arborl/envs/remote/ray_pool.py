@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.remote import Reply
+from arborl.envs.remote.base import Reply
 
 
 class EnvActorImpl:
@@ -26,12 +26,12 @@ class EnvActorImpl:
     def __init__(self, env_id: str, python: str | None, spec: dict | None, secret: str) -> None:
         self.worker = None
         if python:
-            from arborl.envs.subproc import StdioWorker
+            from arborl.envs.remote.subproc import StdioWorker
 
             log = Path(tempfile.mkdtemp(prefix="arborl-ray-worker-")) / "worker.log"
             self.worker = StdioWorker(env_id, python, spec, secret, log)
         else:
-            from arborl.envs.workers.host import EnvHost
+            from arborl.envs.remote.host import EnvHost
 
             self.host = EnvHost(env_id, secret.encode(), spec)
 
