@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.remote.base import Reply
+from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
 
 
 def worker_env(python: str | None, spec: dict | None, secret: str) -> dict[str, str]:
@@ -260,3 +260,11 @@ class SubprocessTransport:
         self.workers = [None] * self.num_workers
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def subprocess_pool(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
+                    **kw: Any) -> RemotePool:  # fmt: skip
+    """`make_pool(..., mode="subprocess")`: `num_workers` processes (default one per env)."""
+    opts = pop_pool_options(kw)
+    t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers)
+    return RemotePool(t, env_id, num_envs, kw, mode="subprocess", **opts)
