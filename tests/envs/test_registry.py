@@ -73,6 +73,25 @@ def test_unversioned_id_and_bad_entry_point(clean_registry):
         make("user/BadAttr-v0")
 
 
+def test_heuristics_are_named_by_the_registration_and_imported_lazily(clean_registry):
+    from arborl.envs.builtin import countdown, maze, sokoban
+
+    assert spec("arborl/Maze-v0").load_heuristic() is maze.heuristic
+    assert spec("arborl/Sokoban-v0").load_heuristic() is sokoban.heuristic
+    for env_id in ("arborl/Countdown-v0", "arborl/Game24-v0"):
+        assert spec(env_id).load_heuristic() is countdown.heuristic
+    assert spec("arborl/Wordle-v0").heuristic is None
+    assert spec("arborl/Wordle-v0").load_heuristic() is None
+    sys.modules.pop("tests_lazy_env_module", None)
+    s = register("user/Lazy-v0", entry_point="tests_lazy_env_module:Env",
+                 heuristic="tests_lazy_env_module:score")  # fmt: skip
+    assert "tests_lazy_env_module" not in sys.modules
+    with pytest.raises(ImportError, match=r"env 'user/Lazy-v0' heuristic='tests_lazy_env_module"):
+        s.load_heuristic()
+    with pytest.raises(ValueError, match=r"heuristic='no colon' must be 'module:function'"):
+        register("user/Bad-v0", entry_point=USER_ENTRY, heuristic="no colon")
+
+
 def test_lazy_import(clean_registry):
     sys.modules.pop("tests_lazy_env_module", None)
     register("user/Lazy-v0", entry_point="tests_lazy_env_module:Env")
