@@ -50,8 +50,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _list_packages() -> None:
     """The env packages registered with `arborl env add`, and whether each is set up."""
-    from arborl.envs.isolate import STAMP, prefix_for, setup_hash
-    from arborl.envs.userdata import arborl_home, broken_packages, registered_packages
+    from arborl.envs.packages.isolate import STAMP, prefix_for, setup_hash
+    from arborl.envs.packages.userdata import arborl_home, broken_packages, registered_packages
 
     packages, broken = registered_packages(), broken_packages()
     if not packages and not broken:
@@ -93,7 +93,7 @@ def _check_one(env_id: str, args: argparse.Namespace) -> None:
     """check_env directly, or through a pool: with --mode, or for a package env (whose
     dependencies only its own interpreter has) in the package's preferred mode."""
     from arborl.envs import make_pool
-    from arborl.envs.userdata import package_of
+    from arborl.envs.packages.userdata import package_of
 
     mode = getattr(args, "mode", None)
     if mode is None:
@@ -170,8 +170,8 @@ def _cmd_demos(args: argparse.Namespace) -> int:
 
 
 def _cmd_add(args: argparse.Namespace) -> int:
-    from arborl.envs.manifest import manifest_summary
-    from arborl.envs.userdata import add_package
+    from arborl.envs.packages.manifest import manifest_summary
+    from arborl.envs.packages.userdata import add_package
 
     m = add_package(args.path)
     print(f"registered package {m.name!r} ({m.root}): {', '.join(m.env_ids)} {manifest_summary(m)}")
@@ -180,8 +180,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_setup(args: argparse.Namespace) -> int:
-    from arborl.envs.isolate import SetupError, setup_env
-    from arborl.envs.userdata import require_package
+    from arborl.envs.packages.isolate import SetupError, setup_env
+    from arborl.envs.packages.userdata import require_package
 
     try:
         interp = setup_env(require_package(args.id), force=args.force)
@@ -194,8 +194,8 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from arborl.envs.modes import package_context
-    from arborl.envs.serve import ReplicaSet
-    from arborl.envs.userdata import arborl_home, run_state_file
+    from arborl.envs.packages.userdata import arborl_home, run_state_file
+    from arborl.envs.remote.serve import ReplicaSet
 
     ctx = package_context(args.id)
     if ctx["spec"] is None:
@@ -221,8 +221,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_dockerfile(args: argparse.Namespace) -> int:
-    from arborl.envs.dockerfile import write_docker_context
-    from arborl.envs.userdata import require_package
+    from arborl.envs.packages.dockerfile import write_docker_context
+    from arborl.envs.packages.userdata import require_package
 
     m = require_package(args.id)
     out = args.out or f"docker-{m.name}"

@@ -14,9 +14,9 @@ from arborl.envs.base import INFO_KEYS, SPLITS, Env, TextEnv
 from arborl.envs.builtin import register_builtin_envs
 from arborl.envs.check import EnvCheckError, check_env
 from arborl.envs.modes import make_pool
-from arborl.envs.pool import EnvPool, StepResult
+from arborl.envs.pool import EnvPool, Pool, StepResult
 from arborl.envs.registry import EnvSpec, make, register, registered_ids, spec
-from arborl.envs.remote import EnvCallError, EnvErrorBudgetExceeded, RemotePool
+from arborl.envs.remote.base import EnvCallError, EnvErrorBudgetExceeded, RemotePool
 from arborl.envs.splits import split_of, task_id_of
 
 register_builtin_envs()
@@ -31,6 +31,7 @@ __all__ = [
     "EnvErrorBudgetExceeded",
     "EnvPool",
     "EnvSpec",
+    "Pool",
     "StepResult",
     "TextEnv",
     "check_env",

@@ -7,6 +7,9 @@ raises: it returns feedback in the observation and `info["valid_action"] = False
 `snapshot()`/`restore()` let search fork branches without sharing mutable state: a
 snapshot is an independent value (deep-copied), so restoring it twice gives two identical,
 unrelated branches.
+
+`HeuristicView` is what an env's search heuristic reads: envs own their heuristics (they
+know their observation format), search finds them through the registry.
 """
 
 from __future__ import annotations
@@ -53,6 +56,17 @@ class Env(Protocol):
     def restore(self, state: Any) -> None: ...
 
     def close(self) -> None: ...
+
+
+class HeuristicView(Protocol):
+    """What an env's search heuristic may read of a search node (a search `NodeView` is
+    one): the env's own outputs there, never its hidden task. A heuristic is a function
+    `fn(view) -> float` in [0, 1] named by `register(..., heuristic="module:fn")`."""
+
+    observation: str
+    """The observation the env returned at the node."""
+    won: bool
+    """`info["won"]` at the node."""
 
 
 class TextEnv:

@@ -1,4 +1,4 @@
-"""`make_pool`: one pool interface, four isolation modes, chosen per env or per run.
+"""`make_pool`: one `Pool` interface, four isolation modes, chosen per env or per run.
 
     pool = make_pool("arborl/Maze-v0", 64, mode="subprocess", split="test")
     pool = make_pool("me/Counter-v0", 8)                       # the package's preferred mode
@@ -10,30 +10,41 @@ worker processes on pipes (`subprocess`), Ray actors (`ray`) or HTTP env servers
 (`http`: given `urls`, or `replicas` local servers the pool starts and stops itself). For
 an env from a registered package, workers and servers run in the package's isolated
 interpreter (`arborl env setup ID` first); for a plain registry env, in this one.
-Builders are registered by name, so a new mode is one `register_mode` call.
+
+Modes are a `Registry` of pool builders, `builder(env_id, num_envs, ctx, **options)`
+(`ctx`: see `package_context`). Each remote builder lives beside its transport in
+`arborl.envs.remote` and is registered as a lazy `"module:attr"` string, so importing
+`arborl.envs` imports neither ray nor an HTTP client; a new mode is one `register_mode`.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Any
 
-from arborl.envs.manifest import MODES
-from arborl.envs.pool import EnvPool
+from arborl.envs.packages.manifest import MODES
+from arborl.envs.pool import EnvPool, Pool
+from arborl.envs.remote.base import POOL_OPTIONS
+from arborl.registry import Registry
 
-_BUILDERS: dict[str, Callable[..., Any]] = {}
+POOL_MODES: Registry[Callable[..., Pool]] = Registry(
+    "pool mode",
+    error=ValueError,
+    message="pool mode={name} is unknown.{hint} Known: {known}",
+)
+"""Mode name -> pool builder (or its `"module:attr"`, imported on first use)."""
 
 
-def register_mode(name: str, builder: Callable[..., Any]) -> None:
-    """`builder(env_id, num_envs, ctx, **options)` returns a pool (see `package_context`)."""
-    _BUILDERS[name] = builder
+def register_mode(name: str, builder: Callable[..., Pool] | str) -> None:
+    """`builder(env_id, num_envs, ctx, **options)` returns a `Pool` (see `package_context`);
+    a `"module:attr"` string is imported the first time the mode is asked for."""
+    POOL_MODES.register(name, builder)
 
 
 def package_context(env_id: str) -> dict[str, Any]:
     """The package facts of `env_id`: its manifest, interpreter and registry spec."""
-    from arborl.envs.isolate import interpreter_for
-    from arborl.envs.userdata import package_of
+    from arborl.envs.packages.isolate import interpreter_for
+    from arborl.envs.packages.userdata import package_of
 
     m = package_of(env_id)
     if m is None:
@@ -44,70 +55,25 @@ def package_context(env_id: str) -> dict[str, Any]:
     return {"manifest": m, "python": str(interpreter_for(env_id).python), "spec": spec}
 
 
-def _inproc(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:
-    for key in ("timeout_s", "max_env_errors"):
+def inproc_pool(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:
+    """`mode="inproc"`: an `EnvPool` in this process."""
+    for key in POOL_OPTIONS:
         kw.pop(key, None)  # in-process calls cannot time out or crash separately
     if ctx["manifest"] is not None:
-        from arborl.envs.userdata import register_package_envs
+        from arborl.envs.packages.userdata import register_package_envs
 
         register_package_envs()  # the host must be able to import the env's module itself
     return EnvPool(env_id, num_envs, **kw)
 
 
-def _pool_opts(kw: dict) -> dict:
-    return {k: kw.pop(k) for k in ("timeout_s", "max_env_errors") if k in kw}
+register_mode("inproc", inproc_pool)
+register_mode("subprocess", "arborl.envs.remote.subproc:subprocess_pool")
+register_mode("ray", "arborl.envs.remote.ray_pool:ray_pool")
+register_mode("http", "arborl.envs.remote.http_pool:http_pool")
+assert set(POOL_MODES.names()) == set(MODES), "the manifest's isolation modes are the pool's"
 
 
-def _subprocess(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
-                **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.remote import RemotePool
-    from arborl.envs.subproc import SubprocessTransport
-
-    opts = _pool_opts(kw)
-    t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers)
-    return RemotePool(t, env_id, num_envs, kw, mode="subprocess", **opts)
-
-
-def _ray(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
-         num_cpus_per_worker: float | None = None, **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.ray_pool import RayTransport
-    from arborl.envs.remote import RemotePool
-
-    opts = _pool_opts(kw)
-    cpus = num_cpus_per_worker or (ctx["manifest"].num_cpus if ctx["manifest"] else 0.25)
-    t = RayTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers, cpus)
-    return RemotePool(t, env_id, num_envs, kw, mode="ray", **opts)
-
-
-def _http(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = None,
-          token: str | None = None, replicas: int = 1, **kw: Any) -> Any:  # fmt: skip
-    from arborl.envs.http_pool import HttpTransport
-    from arborl.envs.remote import RemotePool
-
-    opts = _pool_opts(kw)
-    servers = None
-    if not urls:
-        from arborl.envs.serve import ReplicaSet
-
-        servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
-                             token=token, exit_with_parent=True).start()  # fmt: skip
-        urls, token = servers.urls, servers.token
-    t = HttpTransport(urls, token or "", owned_servers=servers)
-    try:
-        return RemotePool(t, env_id, num_envs, kw, mode="http", **opts)
-    except BaseException:
-        t.close()
-        raise
-
-
-register_mode("inproc", _inproc)
-register_mode("subprocess", _subprocess)
-register_mode("ray", _ray)
-register_mode("http", _http)
-assert set(_BUILDERS) == set(MODES)
-
-
-def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any) -> Any:
+def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any) -> Pool:
     """A pool of `num_envs` instances of `env_id` in isolation `mode`.
 
     `mode=None` takes the env package's preferred mode (`inproc` for plain envs). Options
@@ -121,8 +87,5 @@ def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any
     ctx = package_context(env_id)
     if mode is None:
         mode = ctx["manifest"].isolation if ctx["manifest"] else "inproc"
-    if mode not in _BUILDERS:
-        close = difflib.get_close_matches(str(mode), list(_BUILDERS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"pool mode={mode!r} is unknown.{hint} Known: {sorted(_BUILDERS)}")
-    return _BUILDERS[mode](env_id, num_envs, ctx, **kwargs)
+    builder = POOL_MODES.get(mode)  # an unknown mode raises ValueError listing the known
+    return builder(env_id, num_envs, ctx, **kwargs)

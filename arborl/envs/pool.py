@@ -1,16 +1,21 @@
-"""`EnvPool`: a batch of in-process envs stepped together, with GRPO-style task groups.
+"""`Pool`, the interface of a batch of envs stepped together, and `EnvPool`, its in-process
+implementation, with GRPO-style task groups.
 
 `reset(seeds, group_size)` gives each group of `group_size` consecutive envs the same
 seed, hence the same task, and tags every info with its `group_id`; group-relative
 advantages (GRPO, RLOO, GiGPO) need exactly that. `step` advances only the envs it is
 given actions for, and the pool never auto-resets: a finished env stays finished (and
 inactive) until the next `reset`, so the rollout loop owns episode boundaries.
+
+`Pool` is what the rollout loop and searches may rely on, whatever the transport:
+`EnvPool` here and `RemotePool` (`arborl.envs.remote.base`, for the subprocess, Ray and
+HTTP modes) both satisfy it, so `make_pool` can hand back either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from arborl.envs.registry import make
 
@@ -23,6 +28,43 @@ class StepResult(NamedTuple):
     terminated: bool
     truncated: bool
     info: dict[str, Any]
+
+
+@runtime_checkable
+class Pool(Protocol):
+    """A batch of envs stepped together (every `make_pool` mode returns one)."""
+
+    def __len__(self) -> int:
+        """The number of envs."""
+
+    def __getitem__(self, i: int) -> Any:
+        """Env `i`, following the `Env` protocol (a proxy for an env in another process)."""
+
+    @property
+    def active(self) -> list[int]:
+        """Indices of envs whose episode is still running."""
+
+    @property
+    def done(self) -> list[bool]:
+        """Per-env flag: the episode ended (or the env was never reset)."""
+
+    def reset(
+        self,
+        seeds: Sequence[int],
+        group_size: int = 1,
+        options: dict | Sequence[dict | None] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Reset every env; group g (envs g*group_size .. +group_size-1) uses `seeds[g]`.
+        Returns (obs, infos) per env; each info also carries `group_id` and `env_index`."""
+
+    def step(
+        self, actions: dict[int, str] | Sequence[str | None]
+    ) -> tuple[list[StepResult | None], list[bool]]:
+        """Step the envs given an action (a dict by index, or a list with None to skip);
+        one `StepResult` per env (None where not stepped) and the `done` flags."""
+
+    def close(self) -> None:
+        """Release the envs (and any workers or servers the pool started)."""
 
 
 def actions_to_step(

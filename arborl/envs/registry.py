@@ -9,6 +9,9 @@ once `arborl.envs` is imported.
 Third-party packages add envs through the `arborl.envs` entry-point group, read on the first
 lookup: a value that loads to a class is registered under the entry point's name; any other
 callable is called and is expected to call `register` itself.
+
+A spec may name the env's search heuristic (`heuristic="module:function"`), so a game's
+heuristic lives beside the game and search finds it by env id.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
+
+from arborl.registry import is_entry_point, load_entry_point
 
 ENTRY_POINT_GROUP = "arborl.envs"
 _ID_RE = re.compile(r"^(?:[\w.-]+/)?[\w.-]+-v\d+$")
@@ -41,6 +46,9 @@ class EnvSpec:
     """Turn limit passed as `max_turns=` unless the caller gives one (None: env default)."""
     description: str = ""
     """One line for `arborl env list`."""
+    heuristic: Any = None
+    """The env's search heuristic: `"module:function"` (imported lazily) or a callable
+    `fn(view) -> float` of an `arborl.envs.base.HeuristicView`; None when it has none."""
 
     def load(self) -> Any:
         """The class or factory behind `entry_point`."""
@@ -66,6 +74,12 @@ class EnvSpec:
                 f"(entry_point={self.entry_point!r})"
             ) from e
 
+    def load_heuristic(self) -> Any:
+        """The function behind `heuristic`, or None when the env registered none."""
+        if self.heuristic is None or callable(self.heuristic):
+            return self.heuristic
+        return load_entry_point(str(self.heuristic), f"env {self.id!r} heuristic")
+
 
 _REGISTRY: dict[str, EnvSpec] = {}
 _entry_points_loaded = False
@@ -77,15 +91,24 @@ def register(
     kwargs: dict[str, Any] | None = None,
     max_turns: int | None = None,
     description: str = "",
+    heuristic: Any = None,
 ) -> EnvSpec:
-    """Register an env under a versioned `id`; re-registering an id replaces it."""
+    """Register an env under a versioned `id`; re-registering an id replaces it.
+
+    `heuristic` (`"module:function"` or a callable) is the env's search heuristic, found by
+    `arborl.search.heuristic_evaluator(id)`; see `EnvSpec.heuristic`."""
     if not isinstance(id, str) or not _ID_RE.match(id):
         raise ValueError(
             f"env id {id!r} is not versioned: use 'namespace/Name-vN', e.g. 'me/Maze-v0'"
         )
     if entry_point is None:
         raise ValueError(f"register({id!r}): entry_point is required ('module:Class')")
-    env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), max_turns, description)
+    if heuristic is not None and not (callable(heuristic) or is_entry_point(heuristic)):
+        raise ValueError(
+            f"register({id!r}): heuristic={heuristic!r} must be 'module:function' or a "
+            "callable fn(view) -> float"
+        )
+    env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), max_turns, description, heuristic)
     _REGISTRY[id] = env_spec
     _register_with_gymnasium(id)
     return env_spec

@@ -23,7 +23,7 @@ import numpy as np
 from arborl.agent import AgentConfig
 from arborl.data.batch import Batch
 from arborl.data.trajectory import Trajectory
-from arborl.envs import EnvPool
+from arborl.envs import EnvPool, Pool
 from arborl.generation.base import GenerationBackend
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig
@@ -53,8 +53,8 @@ def draw_seeds(num_tasks: int, seed: int | None) -> list[int]:
 
 
 def _resolve_pool(
-    pool_or_env_id: EnvPool | str, num_envs: int, split: str, env_kwargs: dict[str, Any]
-) -> tuple[EnvPool, str]:
+    pool_or_env_id: Pool | str, num_envs: int, split: str, env_kwargs: dict[str, Any]
+) -> tuple[Pool, str]:
     if isinstance(pool_or_env_id, str):
         return EnvPool(pool_or_env_id, num_envs, split=split, **env_kwargs), pool_or_env_id
     pool = pool_or_env_id
@@ -67,7 +67,7 @@ def _resolve_pool(
     return pool, env_id
 
 
-def _start_episodes(pool: EnvPool, seeds: Sequence[int], cfg: RolloutConfig, options) -> list:
+def _start_episodes(pool: Pool, seeds: Sequence[int], cfg: RolloutConfig, options) -> list:
     obs, infos = pool.reset(list(seeds), cfg.group_size, options)
     run = uuid.uuid4().hex[:8]
     episodes = []
@@ -127,7 +127,7 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
 
 def run_episodes_with_policy(
     policy: Policy,
-    pool_or_env_id: EnvPool | str,
+    pool_or_env_id: Pool | str,
     seeds: Sequence[int] | None,
     cfg: RolloutConfig,
     split: str = "train",
@@ -223,7 +223,7 @@ def collect_episodes(
 def run_rollout(
     backend: GenerationBackend,
     tokenizer: Any,
-    pool_or_env_id: EnvPool | str,
+    pool_or_env_id: Pool | str,
     seeds: Sequence[int] | None,
     cfg: RolloutConfig,
     agent_cfg: AgentConfig | None = None,

@@ -1,14 +1,17 @@
 """Evaluators: scores of nodes, from what the env returned only (see `base.Evaluator`).
 
 - `FunctionEvaluator(fn)`: any `fn(view) -> float` (a user heuristic).
-- `heuristic_evaluator(env_id)`: the built-in heuristics below, by env id. Each reads the
-  *observation text* the agent sees, never the task dict:
-    Game24 / Countdown: 1.0 if the numbers shown can still reach the target shown, else
-    0.0 (the ToT paper's "sure/impossible" judgement, computed exactly); `noise` flips it
-    with that probability (seeded) to model an imperfect judge.
-    Maze: 1 / (1 + d), d the BFS distance from A to G on the grid shown (0 if cut off).
-    Sokoban: 1 / (1 + sum of box-to-nearest-target Manhattan distances + player-to-box
-    distance - 1); 0 for a box stuck in a corner off target (a dead end).
+- `heuristic_evaluator(env_id)`: the env's own search heuristic, which its registration
+  names (`register(..., heuristic="module:function")`; `HEURISTICS` maps env id to it),
+  optionally flipped with probability `noise` (seeded) to model an imperfect judge. Each
+  lives beside its game in `arborl.envs.builtin` and reads the *observation text* the
+  agent sees, never the task dict:
+    Game24 / Countdown (`countdown_value`): 1.0 if the numbers shown can still reach the
+    target shown, else 0.0 (the ToT paper's "sure/impossible" judgement, computed exactly).
+    Maze (`maze_value`): 1 / (1 + d), d the BFS distance from A to G on the grid shown (0
+    if cut off).
+    Sokoban (`sokoban_value`): 1 / (1 + sum of box-to-nearest-target Manhattan distances
+    + player-to-box distance - 1); 0 for a box stuck in a corner off target (a dead end).
 - `RolloutEvaluator`: the discounted return of `num_rollouts` proposer rollouts from the
   node (through the search context, so the steps are charged to `max_nodes`).
 - `PolicyJudgeEvaluator`: the policy judging itself through a prompt: P(yes) /
@@ -19,13 +22,17 @@
 from __future__ import annotations
 
 import random
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from arborl.search.base import NodeView, node_seed
+from arborl.envs import EnvSpec, registered_ids, spec
 
-_NUMBERS_RE = re.compile(r"Numbers:\s*([\d ]+)\.\s*Target:\s*(\d+)")
+# The built-in games' heuristics, re-exported under the names callers score a view with
+# directly; search itself finds every env's heuristic through the registry (`HEURISTICS`).
+from arborl.envs.builtin.countdown import heuristic as countdown_value  # noqa: F401
+from arborl.envs.builtin.maze import heuristic as maze_value  # noqa: F401
+from arborl.envs.builtin.sokoban import heuristic as sokoban_value  # noqa: F401
+from arborl.search.base import NodeView, node_seed
 
 
 class FunctionEvaluator:
@@ -40,78 +47,42 @@ class FunctionEvaluator:
         return [float(self.fn(v)) for v in views]
 
 
-# --- built-in heuristics (observation text only) -------------------------------------------
-def countdown_value(view: NodeView) -> float:
-    """1.0 if the shown numbers can still make the shown target, else 0.0."""
-    from arborl.envs.countdown import solve
+# --- env heuristics (each env owns its own; found through the env registry) ---------------
+class _RegisteredHeuristics(Mapping[str, Callable[[NodeView], float]]):
+    """Env id -> the search heuristic its registration names (`EnvSpec.heuristic`), read
+    live from the env registry, so an env registered later (or a plug-in's) is included."""
 
-    m = _NUMBERS_RE.search(view.observation)
-    if m is None:
-        return 0.0
-    numbers = tuple(sorted(int(x) for x in m.group(1).split()))
-    return 1.0 if solve(numbers, int(m.group(2))) is not None else 0.0
+    @staticmethod
+    def _spec(env_id: object) -> EnvSpec | None:
+        try:
+            return spec(env_id) if isinstance(env_id, str) else None
+        except KeyError:
+            return None
 
+    def __contains__(self, env_id: object) -> bool:
+        s = self._spec(env_id)
+        return s is not None and s.heuristic is not None
 
-def _grid(view: NodeView) -> list[str]:
-    lines = [ln for ln in view.observation.splitlines() if ln and set(ln) <= set("#._$*@+AG")]
-    return lines
+    def __getitem__(self, env_id: str) -> Callable[[NodeView], float]:
+        s = self._spec(env_id)
+        fn = s.load_heuristic() if s is not None else None
+        if fn is None:
+            raise KeyError(env_id)
+        return fn
 
+    def __iter__(self) -> Iterator[str]:
+        return iter([i for i in registered_ids() if spec(i).heuristic is not None])
 
-def maze_value(view: NodeView) -> float:
-    """1 / (1 + BFS distance A -> G) on the grid shown; 0 when G cannot be reached."""
-    from arborl.envs.maze import bfs_distances
-
-    grid = _grid(view)
-    cells = {(r, c): ch for r, row in enumerate(grid) for c, ch in enumerate(row)}
-    free = {p for p, ch in cells.items() if ch in ".AG"}
-    a = next((p for p, ch in cells.items() if ch == "A"), None)
-    g = next((p for p, ch in cells.items() if ch == "G"), None)
-    if a is None or g is None:
-        return 1.0 if view.won else 0.0
-    d = bfs_distances(free, a).get(g)
-    return 0.0 if d is None else 1.0 / (1.0 + d)
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def sokoban_value(view: NodeView) -> float:
-    """Manhattan-distance heuristic on the room shown (0 for a cornered box off target)."""
-    if view.won:
-        return 1.0
-    grid = _grid(view)
-    cells = {(r, c): ch for r, row in enumerate(grid) for c, ch in enumerate(row)}
-    walls = {p for p, ch in cells.items() if ch == "#"}
-    targets = [p for p, ch in cells.items() if ch in ".*+"]
-    boxes = [p for p, ch in cells.items() if ch in "$*"]
-    player = next((p for p, ch in cells.items() if ch in "@+"), None)
-    if not boxes or not targets or player is None:
-        return 0.0
-    for r, c in boxes:
-        if (r, c) in targets:
-            continue
-        vert = (r - 1, c) in walls or (r + 1, c) in walls
-        horiz = (r, c - 1) in walls or (r, c + 1) in walls
-        if vert and horiz:
-            return 0.0  # a box in a corner can never move again
-
-    def dist(p, q):
-        return abs(p[0] - q[0]) + abs(p[1] - q[1])
-
-    h = sum(min(dist(b, t) for t in targets) for b in boxes)
-    loose = [b for b in boxes if b not in targets] or boxes
-    h += min(dist(player, b) for b in loose) - 1
-    return 1.0 / (1.0 + max(0, h))
-
-
-HEURISTICS: dict[str, Callable[[NodeView], float]] = {
-    "arborl/Game24-v0": countdown_value,
-    "arborl/Countdown-v0": countdown_value,
-    "arborl/Maze-v0": maze_value,
-    "arborl/Sokoban-v0": sokoban_value,
-}
-"""Env id -> built-in heuristic of the observation."""
+HEURISTICS: Mapping[str, Callable[[NodeView], float]] = _RegisteredHeuristics()
+"""Env id -> its search heuristic of the observation (from the env registry)."""
 
 
 class HeuristicEvaluator:
-    """A built-in heuristic, optionally flipped/perturbed with seeded noise."""
+    """An env's search heuristic, optionally flipped with seeded noise."""
 
     uses_model = False
 
@@ -131,11 +102,14 @@ class HeuristicEvaluator:
 
 
 def heuristic_evaluator(env_id: str, noise: float = 0.0) -> HeuristicEvaluator:
-    """The built-in heuristic for `env_id` (raises listing the envs that have one)."""
+    """The search heuristic `env_id` registered (raises naming the envs that have one)."""
     if env_id not in HEURISTICS:
+        why = ("its registration names no heuristic" if _RegisteredHeuristics._spec(env_id)
+               else "no env is registered under that id")  # fmt: skip
         raise ValueError(
-            f"no built-in heuristic evaluator for env {env_id!r}; known: {sorted(HEURISTICS)}. "
-            "Pass --evaluator rollout (or judge) or write a FunctionEvaluator"
+            f"no built-in heuristic evaluator for env {env_id!r}: {why}; envs with one: "
+            f"{sorted(HEURISTICS)}. Pass --evaluator rollout (or judge), write a "
+            "FunctionEvaluator, or register the env with heuristic='module:function'"
         )
     return HeuristicEvaluator(HEURISTICS[env_id], noise, name=f"heuristic:{env_id}")
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from arborl.cli.main import main
-from arborl.envs.dockerfile import dockerfile_text, write_docker_context
-from arborl.envs.manifest import load_manifest
-from arborl.envs.serve import free_port
+from arborl.envs.packages.dockerfile import dockerfile_text, write_docker_context
+from arborl.envs.packages.manifest import load_manifest
+from arborl.envs.remote.serve import free_port
 from tests.envs._pkg import *  # noqa: F403
 from tests.envs._pkg import COUNTER_ID, FIXTURE
 
@@ -76,7 +76,7 @@ def test_dockerfile_reproduces_setup():
     assert "FROM python:3.11-slim" in lines and "RUN python -m venv /opt/env" in lines
     assert '/env/vendor/tinycount "fastapi>=0.110" "uvicorn>=0.29"' in text
     assert "RUN bash /env/setup.sh" in lines and "EXPOSE 8000" in lines
-    assert lines[-1] == ('CMD ["/opt/env/bin/python", "-m", "arborl.envs.workers.http_server", '
+    assert lines[-1] == ('CMD ["/opt/env/bin/python", "-m", "arborl.envs.remote.http_server", '
                          '"fixture/Counter-v0", "--host", "0.0.0.0", "--port", "8000"]')  # fmt: skip
     spec_line = next(x for x in lines if x.startswith("ENV ARBORL_ENV_SPEC="))
     spec = json.loads(json.loads(spec_line.split("=", 1)[1]))
@@ -90,7 +90,7 @@ def test_docker_context_serves_with_its_own_files(
     assert main(["env", "dockerfile", COUNTER_ID, "--out", str(out)]) == 0
     assert "docker build -t counter-fixture" in capsys.readouterr().out
     assert (out / "env" / "counter_env.py").is_file() and (out / "env" / "setup.sh").is_file()
-    assert (out / "arborl-runtime" / "arborl" / "envs" / "workers" / "http_server.py").is_file()
+    assert (out / "arborl-runtime" / "arborl" / "envs" / "remote" / "http_server.py").is_file()
     assert not (out / "arborl-runtime" / "arborl" / "train").exists()  # no training stack
     # Run the image's CMD with the context's paths (PYTHONPATH as the Dockerfile sets it)
     # and the package's venv standing in for /opt/env.
@@ -107,7 +107,7 @@ def test_docker_context_serves_with_its_own_files(
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     boot = f"import sys; sys.path.append({site!r}); "
     where = subprocess.run([str(counter_interp.python), "-S", "-c", boot +
-                            "import arborl.envs.workers.http_server as m, counter_env as c, tinycount;"
+                            "import arborl.envs.remote.http_server as m, counter_env as c, tinycount;"
                             "print(m.__file__); print(c.__file__)"],
                            env=env, cwd=out / "env", capture_output=True, text=True,
                            timeout=60)  # fmt: skip
@@ -115,7 +115,7 @@ def test_docker_context_serves_with_its_own_files(
     assert all(line.startswith(str(out)) for line in where.stdout.split())
     run = (
         boot
-        + "import runpy; runpy.run_module('arborl.envs.workers.http_server', run_name='__main__')"
+        + "import runpy; runpy.run_module('arborl.envs.remote.http_server', run_name='__main__')"
     )
     proc = subprocess.Popen([str(counter_interp.python), "-S", "-c", run, COUNTER_ID, "--port",
                              str(port)], cwd=out / "env", env=env, stdout=subprocess.DEVNULL)  # fmt: skip

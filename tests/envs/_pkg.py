@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from arborl.envs.isolate import setup_env
-from arborl.envs.userdata import add_package
+from arborl.envs.packages.isolate import setup_env
+from arborl.envs.packages.userdata import add_package
 
 FIXTURE = Path(__file__).parent / "fixtures" / "counter_pkg"
 COUNTER_ID = "fixture/Counter-v0"

@@ -145,7 +145,7 @@ def test_close_is_idempotent_and_checked():
 
 
 def test_checker_catches_state_missing_from_snapshot():
-    from arborl.envs.maze import MazeEnv
+    from arborl.envs.builtin.maze import MazeEnv
 
     class Forgetful(MazeEnv):
         _state_attrs = ()  # `pos` is not snapshotted: restore keeps the moved agent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make
-from arborl.envs.countdown import CountdownEnv, apply_op, legal_moves, solve
+from arborl.envs.builtin.countdown import CountdownEnv, apply_op, legal_moves, solve
 
 
 def test_apply_op_rules():

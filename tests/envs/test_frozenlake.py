@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make
-from arborl.envs.frozenlake import FrozenLakeEnv
+from arborl.envs.builtin.frozenlake import FrozenLakeEnv
 
 # S F H
 # F F F      safe path: down, right, down, right

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from arborl.envs import make
-from arborl.envs.serve import ReplicaSet
+from arborl.envs.remote.serve import ReplicaSet
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arborl.envs.isolate import (
+from arborl.envs.packages.isolate import (
     STAMP,
     SetupError,
     find_python,
@@ -20,8 +20,8 @@ from arborl.envs.isolate import (
     prefix_for,
     setup_env,
 )
-from arborl.envs.manifest import load_manifest
-from arborl.envs.userdata import add_package
+from arborl.envs.packages.manifest import load_manifest
+from arborl.envs.packages.userdata import add_package
 
 from ._pkg import *  # noqa: F403
 from ._pkg import COUNTER_ID, FIXTURE
@@ -45,7 +45,7 @@ def test_dependency_only_inside_the_venv(counter_interp):
 
 def test_worker_code_imports_without_torch(counter_interp):
     # The worker entry needs arborl.envs only; the venv has neither torch nor numpy at all.
-    code = ("import sys, arborl.envs.workers.stdio_worker, arborl.envs.workers.host, counter_env;"
+    code = ("import sys, arborl.envs.remote.stdio_worker, arborl.envs.remote.host, counter_env;"
             "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules));"
             "import importlib.util as u; print(u.find_spec('torch') is None)")  # fmt: skip
     out = _run(counter_interp.python, code)

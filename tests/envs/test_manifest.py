@@ -9,8 +9,8 @@ import gymnasium
 import pytest
 
 from arborl.envs import registry
-from arborl.envs.manifest import ManifestError, load_manifest
-from arborl.envs.userdata import (
+from arborl.envs.packages.manifest import ManifestError, load_manifest
+from arborl.envs.packages.userdata import (
     add_package,
     arborl_home,
     package_of,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make
-from arborl.envs.maze import MazeEnv, bfs_distances, parse_direction
+from arborl.envs.builtin.maze import MazeEnv, bfs_distances, parse_direction
 
 # A . #      agent (0,0), goal (2,2); wall column at (0,2), (1,2)
 # . . #      shortest path: 4 moves (e.g. down, down, right, right)

@@ -3,6 +3,8 @@ rollout code, `check_env` through the pool, failures confined to their episode."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -20,6 +22,7 @@ from arborl.rollout.policies import OraclePolicy
 
 from ._pkg import *  # noqa: F403
 from ._pkg import COUNTER_ID
+from ._pool_protocol import ProtocolOnly, check_pool_protocol
 
 MODE_KW = {"inproc": {}, "subprocess": {"num_workers": 2}, "http": {"replicas": 2}}
 
@@ -38,6 +41,21 @@ def test_same_results_and_check_env_in_every_mode(mode):
         assert check_env(pool[1], num_seeds=2) == []
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("mode", list(MODE_KW))
+def test_every_mode_s_pool_satisfies_the_pool_protocol(mode):
+    pool = make_pool("arborl/Maze-v0", 4, mode=mode, split="test", **MODE_KW[mode])
+    try:
+        check_pool_protocol(pool)
+    finally:
+        pool.close()
+
+
+def test_protocol_only_view_refuses_other_members():
+    pool = EnvPool("arborl/Maze-v0", 2)
+    with pytest.raises(AttributeError, match="'envs' is not a member of the Pool protocol"):
+        _ = ProtocolOnly(pool).envs
 
 
 @pytest.mark.parametrize("mode", list(MODE_KW))
@@ -170,3 +188,13 @@ def test_kill_9_subprocess_worker_mid_episode():
         assert pool.transport.num_restarts == 1 and pool.num_env_errors == 1
     finally:
         pool.close()
+
+
+def test_importing_envs_loads_no_transport_and_no_heavy_stack():
+    # The remote modes are lazy "module:attr" entries: `arborl --help` stays fast.
+    code = "import sys, arborl.envs; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())  # fmt: skip
+    heavy = {"torch", "ray", "fastapi", "uvicorn", "httpx", "arborl.envs.remote.subproc",
+             "arborl.envs.remote.ray_pool", "arborl.envs.remote.http_pool"}  # fmt: skip
+    assert loaded & heavy == set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import EnvPool
-from arborl.envs.maze import MazeEnv
+from arborl.envs.builtin.maze import MazeEnv
 
 TASK = {"grid": ["..#", "..#", "..."], "agent": [0, 0], "goal": [2, 2]}
 

@@ -8,6 +8,7 @@ from arborl.envs import EnvPool, check_env, make_pool
 
 from ._pkg import *  # noqa: F403
 from ._pkg import COUNTER_ID
+from ._pool_protocol import check_pool_protocol
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray cluster start costs ~15 s on a busy 2-core box
@@ -31,6 +32,14 @@ def test_fractional_actors_same_results_and_check_env(ray_cluster):
         actions = ["up", "down", None, "left", "right", "x", "up", None]
         assert pool.step(actions) == ref.step(actions)
         assert check_env(pool[5], num_seeds=2) == []
+    finally:
+        pool.close()
+
+
+def test_ray_pool_satisfies_the_pool_protocol(ray_cluster):
+    pool = make_pool("arborl/Maze-v0", 4, mode="ray", num_workers=2, split="test")
+    try:
+        check_pool_protocol(pool)
     finally:
         pool.close()
 

@@ -10,7 +10,7 @@ import pytest
 
 import arborl.envs as envs
 from arborl.envs import check_env, make, register, registered_ids, registry, spec
-from arborl.envs.maze import MazeEnv
+from arborl.envs.builtin.maze import MazeEnv
 
 from .user_env_example import GuessDigitEnv
 
@@ -38,7 +38,7 @@ def test_builtins_registered_with_specs():
                    "arborl/WebShop-v0", "arborl/ToolQA-v0", "arborl/SQL-v0"):  # fmt: skip
         assert env_id in ids
     s = spec("arborl/Game24-v0")
-    assert s.entry_point == "arborl.envs.countdown:CountdownEnv"
+    assert s.entry_point == "arborl.envs.builtin.countdown:CountdownEnv"
     assert s.kwargs["target"] == 24 and s.max_turns == 8
 
 
@@ -68,9 +68,28 @@ def test_unversioned_id_and_bad_entry_point(clean_registry):
     register("user/Broken-v0", entry_point="arborl.envs.no_such_module:X")
     with pytest.raises(ImportError, match="no_such_module"):
         make("user/Broken-v0")
-    register("user/BadAttr-v0", entry_point="arborl.envs.maze:NoSuchEnv")
+    register("user/BadAttr-v0", entry_point="arborl.envs.builtin.maze:NoSuchEnv")
     with pytest.raises(AttributeError, match="NoSuchEnv"):
         make("user/BadAttr-v0")
+
+
+def test_heuristics_are_named_by_the_registration_and_imported_lazily(clean_registry):
+    from arborl.envs.builtin import countdown, maze, sokoban
+
+    assert spec("arborl/Maze-v0").load_heuristic() is maze.heuristic
+    assert spec("arborl/Sokoban-v0").load_heuristic() is sokoban.heuristic
+    for env_id in ("arborl/Countdown-v0", "arborl/Game24-v0"):
+        assert spec(env_id).load_heuristic() is countdown.heuristic
+    assert spec("arborl/Wordle-v0").heuristic is None
+    assert spec("arborl/Wordle-v0").load_heuristic() is None
+    sys.modules.pop("tests_lazy_env_module", None)
+    s = register("user/Lazy-v0", entry_point="tests_lazy_env_module:Env",
+                 heuristic="tests_lazy_env_module:score")  # fmt: skip
+    assert "tests_lazy_env_module" not in sys.modules
+    with pytest.raises(ImportError, match=r"env 'user/Lazy-v0' heuristic='tests_lazy_env_module"):
+        s.load_heuristic()
+    with pytest.raises(ValueError, match=r"heuristic='no colon' must be 'module:function'"):
+        register("user/Bad-v0", entry_point=USER_ENTRY, heuristic="no colon")
 
 
 def test_lazy_import(clean_registry):

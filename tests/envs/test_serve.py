@@ -15,8 +15,8 @@ import pytest
 
 from arborl.envs import make_pool
 from arborl.envs.modes import package_context
-from arborl.envs.serve import ReplicaSet, reap_orphans
-from arborl.envs.userdata import run_state_file
+from arborl.envs.packages.userdata import run_state_file
+from arborl.envs.remote.serve import ReplicaSet, reap_orphans
 
 from ._pkg import *  # noqa: F403
 from ._pkg import COUNTER_ID
@@ -81,8 +81,8 @@ def _healthy(url: str) -> bool:
 SERVE = """
 import sys
 from arborl.envs.modes import package_context
-from arborl.envs.serve import ReplicaSet
-from arborl.envs.userdata import run_state_file
+from arborl.envs.remote.serve import ReplicaSet
+from arborl.envs.packages.userdata import run_state_file
 ctx = package_context(sys.argv[1])
 rs = ReplicaSet(sys.argv[1], 2, python=ctx["python"], spec=ctx["spec"], state_file=run_state_file(sys.argv[1]))
 rs.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make
-from arborl.envs.sokoban import SokobanEnv, solve
+from arborl.envs.builtin.sokoban import SokobanEnv, solve
 
 # ######
 # #____#

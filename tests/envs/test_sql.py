@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from arborl.envs import make, split_of
-from arborl.envs.sql import MAX_ROWS, SQLEnv, answers_match, generate_rows
+from arborl.envs.builtin.sql import MAX_ROWS, SQLEnv, answers_match, generate_rows
 
 from ._fuzz import fuzz_actions
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make, split_of
-from arborl.envs._safe_calc import CalcError, evaluate, format_number, parse_number
-from arborl.envs.toolqa import TEMPLATES, ToolQAEnv, solve
+from arborl.envs.builtin._safe_calc import CalcError, evaluate, format_number, parse_number
+from arborl.envs.builtin.toolqa import TEMPLATES, ToolQAEnv, solve
 
 from ._fuzz import fuzz_actions
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from arborl.envs import make, split_of
-from arborl.envs.webshop import (
+from arborl.envs.builtin.webshop import (
     CATEGORIES,
     PRODUCTS_PER_CATEGORY,
     TYPE_MISMATCH_FACTOR,

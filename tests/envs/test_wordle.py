@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import make, split_of
-from arborl.envs.wordle import FIRST_GUESS, WordleEnv, best_guess, candidates, feedback, words
+from arborl.envs.builtin.wordle import (
+    FIRST_GUESS,
+    WordleEnv,
+    best_guess,
+    candidates,
+    feedback,
+    words,
+)
 
 from ._fuzz import fuzz_actions
 

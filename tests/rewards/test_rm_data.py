@@ -8,7 +8,7 @@ import pytest
 
 from arborl.data.trajectory import Step, Trajectory
 from arborl.envs import make
-from arborl.envs.maze import MazeEnv
+from arborl.envs.builtin.maze import MazeEnv
 from arborl.rewards.rm_data import (
     MixedPolicy,
     PreferencePair,

@@ -8,7 +8,7 @@ import torch
 
 from arborl.agent import AgentConfig
 from arborl.envs import EnvPool
-from arborl.envs.maze import MazeEnv
+from arborl.envs.builtin.maze import MazeEnv
 from arborl.rollout import (
     OraclePolicy,
     RandomPolicy,
@@ -95,7 +95,7 @@ def test_invalid_actions_counted(policy, backend):
     valid = res.batch.meta["valid_action"]
     assert res.stats["invalid_action_rate"] == pytest.approx(1 - valid.mean())
     assert res.stats["invalid_action_rate"] > 0.5
-    from arborl.envs.maze import parse_direction
+    from arborl.envs.builtin.maze import parse_direction
 
     for ep in res.episodes:
         for t in ep.turns:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import arborl.envs as E
 from arborl.envs.base import TextEnv
-from arborl.envs.maze import bfs_distances
-from arborl.envs.sokoban import solve as sokoban_solve
+from arborl.envs.builtin.maze import bfs_distances
+from arborl.envs.builtin.sokoban import solve as sokoban_solve
 from arborl.search import (
     ActionsProposer,
     Budget,

@@ -5,7 +5,9 @@ observation is only the grid (6 rows of 6 characters, 41 characters with newline
 the symbols and actions are explained once, in the instruction. Mazes are drawn with a
 seed, kept only if a BFS shortest path from A to G has length in [min_path, max_path].
 
-Also holds the direction parsing and BFS shared by the grid envs (Sokoban, FrozenLake).
+The search heuristic (`heuristic`) is 1 / (1 + d), d the BFS distance from A to G on the
+grid shown. Also holds the direction parsing, BFS and grid reading shared by the grid envs
+(Sokoban, FrozenLake).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from arborl.envs.base import TextEnv
+from arborl.envs.base import HeuristicView, TextEnv
 from arborl.envs.splits import sample_in_split, task_id_of
 
 DIRECTIONS: dict[str, tuple[int, int]] = {
@@ -43,6 +45,26 @@ def bfs_distances(free: set[tuple[int, int]], source: tuple[int, int]) -> dict:
                 dist[nxt] = dist[(r, c)] + 1
                 queue.append(nxt)
     return dist
+
+
+def grid_cells(observation: str, symbols: str) -> dict[tuple[int, int], str]:
+    """(row, col) -> symbol of the grid in an observation: the lines made only of `symbols`
+    (feedback lines such as "invalid move; ..." are skipped)."""
+    rows = [ln for ln in observation.splitlines() if ln and set(ln) <= set(symbols)]
+    return {(r, c): ch for r, row in enumerate(rows) for c, ch in enumerate(row)}
+
+
+def heuristic(view: HeuristicView) -> float:
+    """Search heuristic: 1 / (1 + BFS distance A -> G) on the grid shown; 0 when G cannot be
+    reached; 1 once won (A stands on G, so G is not shown)."""
+    cells = grid_cells(view.observation, "#.AG")
+    free = {p for p, ch in cells.items() if ch in ".AG"}
+    a = next((p for p, ch in cells.items() if ch == "A"), None)
+    g = next((p for p, ch in cells.items() if ch == "G"), None)
+    if a is None or g is None:
+        return 1.0 if view.won else 0.0
+    d = bfs_distances(free, a).get(g)
+    return 0.0 if d is None else 1.0 / (1.0 + d)
 
 
 def _check_grid_task(task: dict, keys: tuple[str, ...], alphabet: str) -> list[str]:

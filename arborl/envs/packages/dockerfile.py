@@ -4,7 +4,8 @@ The image reproduces `arborl env setup`: the same base Python (or a micromamba b
 the package's `environment.yml`), the same pip requirements plus the server runtime, the
 same setup script, then starts the HTTP env server on port 8000. The context holds a copy
 of the package folder (`env/`) and of arborl's dependency-free env code
-(`arborl-runtime/arborl/{__init__.py,envs/}`), so the image needs neither arborl's
+(`arborl-runtime/arborl/{__init__.py,registry.py,envs/}`; `arborl.registry` is the
+standard-library helper the pool modes are built on), so the image needs neither arborl's
 training stack nor network access to this repository.
 
     arborl env dockerfile me/Counter-v0 --out build/counter
@@ -20,10 +21,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from arborl.envs.isolate import RUNTIME_REQUIREMENTS
-from arborl.envs.manifest import EnvManifest
+from arborl.envs.packages.isolate import RUNTIME_REQUIREMENTS
+from arborl.envs.packages.manifest import EnvManifest
 
 PORT = 8000
+RUNTIME_MODULES = ("__init__.py", "registry.py")
+"""The modules of `arborl/` outside `envs/` that the env code imports (standard library only)."""
 MICROMAMBA_IMAGE = "mambaorg/micromamba:1.5.10"
 _IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git",
                                  ".arborl-docker", "*.pyc")  # fmt: skip
@@ -63,7 +66,7 @@ def dockerfile_text(m: EnvManifest, env_id: str) -> str:
         run = "python" if m.setup_script.endswith(".py") else "bash"
         lines.append(f"RUN {run} /env/{m.setup_script}")
     health = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{PORT}/health')"
-    cmd = [py, "-m", "arborl.envs.workers.http_server", env_id, "--host", "0.0.0.0",
+    cmd = [py, "-m", "arborl.envs.remote.http_server", env_id, "--host", "0.0.0.0",
            "--port", str(PORT)]  # fmt: skip
     lines += [f"EXPOSE {PORT}",
               f"HEALTHCHECK --interval=10s --timeout=3s CMD {py} -c {json.dumps(health)}",
@@ -84,10 +87,11 @@ def write_docker_context(m: EnvManifest, env_id: str, out_dir: str | Path) -> Pa
     for sub in ("env", "arborl-runtime"):
         shutil.rmtree(out / sub, ignore_errors=True)
     shutil.copytree(m.root, out / "env", ignore=_IGNORE)
-    arborl_pkg = Path(__file__).resolve().parents[1]
+    arborl_pkg = Path(__file__).resolve().parents[2]
     runtime = out / "arborl-runtime" / "arborl"
     runtime.mkdir(parents=True)
-    shutil.copy2(arborl_pkg / "__init__.py", runtime / "__init__.py")
+    for name in RUNTIME_MODULES:
+        shutil.copy2(arborl_pkg / name, runtime / name)
     shutil.copytree(arborl_pkg / "envs", runtime / "envs", ignore=_IGNORE)
     path = out / "Dockerfile"
     path.write_text(dockerfile_text(m, env_id))

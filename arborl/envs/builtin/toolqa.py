@@ -7,7 +7,7 @@ calling. Every template also carries its solution as a plan of 2-3 calculator st
 gold answer is computed by running that plan through the same safe evaluator the agent
 uses, so the oracle and the grader can never disagree.
 
-Actions: `calculator[expression]` (see `arborl.envs._safe_calc`) and `answer[number]`,
+Actions: `calculator[expression]` (see `arborl.envs.builtin._safe_calc`) and `answer[number]`,
 which ends the episode with reward 1 if within a relative tolerance of 1e-6 of the gold
 answer. A task may also be given explicitly as `{"question": str, "answer": number}`.
 """
@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from arborl.envs._safe_calc import CalcError, evaluate, format_number, parse_number
 from arborl.envs.base import TextEnv
+from arborl.envs.builtin._safe_calc import CalcError, evaluate, format_number, parse_number
 from arborl.envs.splits import sample_in_split, task_id_of
 
 REL_TOL = 1e-6

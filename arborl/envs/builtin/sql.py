@@ -23,8 +23,8 @@ import sqlite3
 import time
 from typing import Any
 
-from arborl.envs._safe_calc import format_number, parse_number
 from arborl.envs.base import TextEnv
+from arborl.envs.builtin._safe_calc import format_number, parse_number
 from arborl.envs.splits import sample_in_split, task_id_of
 
 MAX_ROWS = 20

@@ -4,7 +4,8 @@ Rooms are solvable by construction: start from the solved state (boxes on target
 play random *pulls* backwards; every pull undone is a legal push. A BFS solver over
 (player, boxes) then confirms the puzzle and its optimal length, which must lie in
 [min_moves, max_moves]. The same solver is the oracle. XSB symbols: `#` wall, `_` floor,
-`.` target, `$` box, `*` box on target, `@` player, `+` player on target.
+`.` target, `$` box, `*` box on target, `@` player, `+` player on target. The search
+heuristic (`heuristic`) scores the room shown by Manhattan distances, 0 for a dead end.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from arborl.envs.base import TextEnv
-from arborl.envs.maze import DIRECTIONS, _check_grid_task, bfs_distances, parse_direction
+from arborl.envs.base import HeuristicView, TextEnv
+from arborl.envs.builtin.maze import (
+    DIRECTIONS,
+    _check_grid_task,
+    bfs_distances,
+    grid_cells,
+    parse_direction,
+)
 from arborl.envs.splits import sample_in_split, task_id_of
 
 Cell = tuple[int, int]
@@ -55,6 +62,39 @@ def solve(walls: set[Cell], targets: set[Cell], state: State, max_depth: int = 2
                 parent[nxt] = (cur, move)
                 queue.append((nxt, depth + 1))
     return None
+
+
+def _cornered(walls: set[Cell], box: Cell) -> bool:
+    """A box with a wall above or below and one left or right can never move again."""
+    r, c = box
+    vert = (r - 1, c) in walls or (r + 1, c) in walls
+    horiz = (r, c - 1) in walls or (r, c + 1) in walls
+    return vert and horiz
+
+
+def heuristic(view: HeuristicView) -> float:
+    """Search heuristic on the room shown: 1 / (1 + sum of box-to-nearest-target Manhattan
+    distances + player-to-nearest-loose-box distance - 1); 0 for a box cornered off target
+    (a dead end) or a room without boxes, targets or player; 1 once won."""
+    if view.won:
+        return 1.0
+    cells = grid_cells(view.observation, "#_.$*@+")
+    walls = {p for p, ch in cells.items() if ch == "#"}
+    targets = [p for p, ch in cells.items() if ch in ".*+"]
+    boxes = [p for p, ch in cells.items() if ch in "$*"]
+    player = next((p for p, ch in cells.items() if ch in "@+"), None)
+    if not boxes or not targets or player is None:
+        return 0.0
+    if any(b not in targets and _cornered(walls, b) for b in boxes):
+        return 0.0
+
+    def dist(p: Cell, q: Cell) -> int:
+        return abs(p[0] - q[0]) + abs(p[1] - q[1])
+
+    h = sum(min(dist(b, t) for t in targets) for b in boxes)
+    loose = [b for b in boxes if b not in targets] or boxes
+    h += min(dist(player, b) for b in loose) - 1
+    return 1.0 / (1.0 + max(0, h))
 
 
 class SokobanEnv(TextEnv):

@@ -61,6 +61,15 @@ def _hashable(x: Any) -> Any:
     return tuple(_hashable(v) for v in x) if isinstance(x, list) else x
 
 
+POOL_OPTIONS = ("timeout_s", "max_env_errors")
+"""The `RemotePool` options every remote mode's builder takes out of `make_pool`'s kwargs."""
+
+
+def pop_pool_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take `RemotePool`'s own options out of `kwargs` (the rest go to the env)."""
+    return {k: kwargs.pop(k) for k in POOL_OPTIONS if k in kwargs}
+
+
 def check_reset_args(num_envs: int, seeds: Sequence[int], group_size: int, options: Any) -> list:
     """Validate `reset` arguments like `EnvPool.reset`; returns one options value per group."""
     if group_size < 1 or num_envs % group_size:

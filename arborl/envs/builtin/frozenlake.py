@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from arborl.envs.base import TextEnv
-from arborl.envs.maze import DIRECTIONS, _check_grid_task, bfs_distances, parse_direction
+from arborl.envs.builtin.maze import DIRECTIONS, _check_grid_task, bfs_distances, parse_direction
 from arborl.envs.splits import sample_in_split, task_id_of
 
 Cell = tuple[int, int]

@@ -9,7 +9,8 @@ with reward 0 when a single number other than the target remains.
 
 Countdown targets are reachable by construction (the result of random operations on the
 drawn numbers); Game24 fixes the target to 24 and keeps only solvable draws. The oracle
-is a depth-first search from the current numbers.
+is a depth-first search from the current numbers; the search heuristic (`heuristic`, the
+ToT paper's "sure/impossible" judgement, computed exactly) is the same search.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import functools
 import re
 from typing import Any
 
-from arborl.envs.base import TextEnv
+from arborl.envs.base import HeuristicView, TextEnv
 from arborl.envs.splits import sample_in_split, task_id_of
 
 _ACTION_RE = re.compile(r"^\s*(\d{1,12})\s*([-+*/x×÷])\s*(\d{1,12})\s*(?:=\s*(\d{1,12})\s*)?$")
 _OPS = {"x": "*", "×": "*", "÷": "/"}
+_NUMBERS_RE = re.compile(r"Numbers:\s*([\d ]+)\.\s*Target:\s*(\d+)")  # what `_render` writes
 
 
 def apply_op(a: int, op: str, b: int) -> int | None:
@@ -65,6 +67,20 @@ def solve(numbers: tuple[int, ...], target: int) -> tuple[str, ...] | None:
         if rest is not None:
             return (action, *rest)
     return None
+
+
+def parse_observation(observation: str) -> tuple[tuple[int, ...], int] | None:
+    """(sorted numbers, target) from the text `CountdownEnv` shows, or None if absent."""
+    m = _NUMBERS_RE.search(observation)
+    if m is None:
+        return None
+    return tuple(sorted(int(x) for x in m.group(1).split())), int(m.group(2))
+
+
+def heuristic(view: HeuristicView) -> float:
+    """Search heuristic: 1.0 if the numbers shown can still make the target shown, else 0.0."""
+    state = parse_observation(view.observation)
+    return 0.0 if state is None else float(solve(*state) is not None)
 
 
 class CountdownEnv(TextEnv):

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.subproc import _tail, worker_env
-from arborl.envs.workers.http_server import TOKEN_ENV_VAR
+from arborl.envs.remote.http_server import TOKEN_ENV_VAR
+from arborl.envs.remote.subproc import _tail, worker_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -138,7 +138,7 @@ class ReplicaSet:
         return [self._url(r) for r in self.replicas]
 
     def _spawn(self, r: Replica) -> None:
-        cmd = [self.python or sys.executable, "-m", "arborl.envs.workers.http_server",
+        cmd = [self.python or sys.executable, "-m", "arborl.envs.remote.http_server",
                self.env_id, "--host", self.host, "--port", str(r.port),
                "--idle-timeout-s", str(self.idle_timeout_s)]  # fmt: skip
         if self.exit_with_parent:

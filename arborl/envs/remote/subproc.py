@@ -1,6 +1,6 @@
 """The `subprocess` mode: worker processes in the env's own interpreter, over pipes.
 
-Each `StdioWorker` is one `python -m arborl.envs.workers.stdio_worker` process (in the
+Each `StdioWorker` is one `python -m arborl.envs.remote.stdio_worker` process (in the
 package's isolated interpreter, or the host's for a plain registry env) holding one or
 more env instances. A batch of calls goes out as one JSON line per worker, all workers at
 once, and the replies are gathered with `select` against a deadline: a worker that misses
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.remote import Reply
+from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
 
 
 def worker_env(python: str | None, spec: dict | None, secret: str) -> dict[str, str]:
@@ -52,7 +52,7 @@ class StdioWorker:
     def __init__(self, env_id: str, python: str | None, spec: dict | None, secret: str,
                  log_path: Path, start_timeout_s: float = 60.0) -> None:  # fmt: skip
         self.log_path = log_path
-        cmd = [python or sys.executable, "-m", "arborl.envs.workers.stdio_worker", env_id]
+        cmd = [python or sys.executable, "-m", "arborl.envs.remote.stdio_worker", env_id]
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log, env=worker_env(python, spec, secret))  # fmt: skip
@@ -260,3 +260,11 @@ class SubprocessTransport:
         self.workers = [None] * self.num_workers
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def subprocess_pool(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
+                    **kw: Any) -> RemotePool:  # fmt: skip
+    """`make_pool(..., mode="subprocess")`: `num_workers` processes (default one per env)."""
+    opts = pop_pool_options(kw)
+    t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers)
+    return RemotePool(t, env_id, num_envs, kw, mode="subprocess", **opts)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.remote import Reply
+from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
 
 
 class EnvActorImpl:
@@ -26,12 +26,12 @@ class EnvActorImpl:
     def __init__(self, env_id: str, python: str | None, spec: dict | None, secret: str) -> None:
         self.worker = None
         if python:
-            from arborl.envs.subproc import StdioWorker
+            from arborl.envs.remote.subproc import StdioWorker
 
             log = Path(tempfile.mkdtemp(prefix="arborl-ray-worker-")) / "worker.log"
             self.worker = StdioWorker(env_id, python, spec, secret, log)
         else:
-            from arborl.envs.workers.host import EnvHost
+            from arborl.envs.remote.host import EnvHost
 
             self.host = EnvHost(env_id, secret.encode(), spec)
 
@@ -134,3 +134,13 @@ class RayTransport:
             if self.actors[k] is not None:
                 ray.kill(self.actors[k], no_restart=True)
                 self.actors[k] = None
+
+
+def ray_pool(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
+             num_cpus_per_worker: float | None = None, **kw: Any) -> RemotePool:  # fmt: skip
+    """`make_pool(..., mode="ray")`: `num_workers` actors of `num_cpus_per_worker` CPUs each
+    (default the manifest's `num_cpus`, else 0.25)."""
+    opts = pop_pool_options(kw)
+    cpus = num_cpus_per_worker or (ctx["manifest"].num_cpus if ctx["manifest"] else 0.25)
+    t = RayTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers, cpus)
+    return RemotePool(t, env_id, num_envs, kw, mode="ray", **opts)

@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from arborl.envs.manifest import EnvManifest, load_manifest
+from arborl.envs.packages.manifest import EnvManifest, load_manifest
 
 HOME_ENV_VAR = "ARBORL_HOME"
 

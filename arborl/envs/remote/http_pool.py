@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from arborl.envs.remote import Reply
+from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
 
 _DOWN_S = 1.0
 """A URL that refused a connection is skipped this long before `/health` is tried."""
@@ -218,3 +218,23 @@ class HttpTransport:
             self._loop.close()
             if self.servers is not None:
                 self.servers.stop()
+
+
+def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = None,
+              token: str | None = None, replicas: int = 1, **kw: Any) -> RemotePool:  # fmt: skip
+    """`make_pool(..., mode="http")`: sessions on the servers at `urls` (with `token`), or
+    on `replicas` local servers that the pool starts now and stops on `close`."""
+    opts = pop_pool_options(kw)
+    servers = None
+    if not urls:
+        from arborl.envs.remote.serve import ReplicaSet
+
+        servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
+                             token=token, exit_with_parent=True).start()  # fmt: skip
+        urls, token = servers.urls, servers.token
+    t = HttpTransport(urls, token or "", owned_servers=servers)
+    try:
+        return RemotePool(t, env_id, num_envs, kw, mode="http", **opts)
+    except BaseException:
+        t.close()
+        raise

@@ -1,4 +1,4 @@
-"""The subprocess-mode worker: `python -m arborl.envs.workers.stdio_worker ENV_ID`.
+"""The subprocess-mode worker: `python -m arborl.envs.remote.stdio_worker ENV_ID`.
 
 Runs in the env's own interpreter and holds any number of env sessions in one `EnvHost`.
 The protocol is one JSON line each way per batch, over the process's stdin/stdout:
@@ -23,13 +23,13 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m arborl.envs.workers.stdio_worker ENV_ID", file=sys.stderr)
+        print("usage: python -m arborl.envs.remote.stdio_worker ENV_ID", file=sys.stderr)
         return 2
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # env prints land in stderr, not in the protocol stream
     sys.stdout = sys.stderr
 
-    from arborl.envs.workers.host import EnvHost
+    from arborl.envs.remote.host import EnvHost
 
     spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
     secret = os.environ.get("ARBORL_WORKER_SECRET", "").encode() or os.urandom(32)

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arborl.envs.manifest import EnvManifest
-from arborl.envs.userdata import arborl_home, package_of
+from arborl.envs.packages.manifest import EnvManifest
+from arborl.envs.packages.userdata import arborl_home, package_of
 
 RUNTIME_REQUIREMENTS = ("fastapi>=0.110", "uvicorn>=0.29")
 """Installed into every isolated interpreter so it can run the HTTP env server."""
@@ -63,7 +63,7 @@ class Interpreter:
 
 
 def _arborl_package_dir() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def prefix_for(m: EnvManifest) -> Path:

@@ -18,7 +18,7 @@ Errors are never a 200: 400 (unreadable JSON, wrong types), 401 (missing or wron
 pool, never on the event loop, so a slow env does not stall `/health` or other sessions.
 Sessions idle past `--idle-timeout-s` are closed.
 
-    ARBORL_TOKEN=secret python -m arborl.envs.workers.http_server arborl/Maze-v0 --port 8000
+    ARBORL_TOKEN=secret python -m arborl.envs.remote.http_server arborl/Maze-v0 --port 8000
 """
 
 # No `from __future__ import annotations`: FastAPI must see the real `Request` class in the
@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any
 
-from arborl.envs.workers.host import EnvHost, HostError
+from arborl.envs.remote.host import EnvHost, HostError
 
 TOKEN_ENV_VAR = "ARBORL_TOKEN"
 
@@ -137,7 +137,7 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m arborl.envs.workers.http_server",
+    p = argparse.ArgumentParser(prog="python -m arborl.envs.remote.http_server",
                                 description="Serve one env id over HTTP.")  # fmt: skip
     p.add_argument("env_id", help="env id, e.g. arborl/Maze-v0")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
