@@ -159,6 +159,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def in_order(self) -> list[str]:
+        """Names in registration order (for lookups that try entries in turn)."""
+        return list(self._entries)
+
     def entry(self, name: str) -> Any:
         """What was registered under `name`, without importing it."""
         if name not in self._entries:

@@ -15,6 +15,8 @@ def test_register_get_names_contains():
     reg.register("a", 1)
     reg["b"] = 2  # mapping-style registration
     assert reg.get("a") == 1 and reg["b"] == 2
+    reg.register("0", 0)
+    assert reg.in_order() == ["a", "b", "0"] and reg.pop("0") == 0
     assert reg.names() == ["a", "b"] and list(reg) == ["a", "b"] and len(reg) == 2
     assert "a" in reg and "c" not in reg and set(reg) == {"a", "b"}
     assert reg.pop("a") == 1 and "a" not in reg
