@@ -10,8 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arborl.registry import Registry
+
 MEMORY_KINDS = ("full", "last_k", "summary")
-ACTION_FORMATS = ("plain", "react")
+ACTION_FORMATS: Registry = Registry("agent.action_format")
+"""Action formats by name: `parse(text, cfg: AgentConfig) -> ParsedAction` (in
+`arborl.agent.parsing`, imported on first use). `arborl.curate` reads data with the same
+formats."""
+ACTION_FORMATS.register("plain", "arborl.agent.parsing:parse_plain")
+ACTION_FORMATS.register("react", "arborl.agent.parsing:parse_react")
+ACTION_FORMATS.register("react_text", "arborl.agent.parsing:parse_react_text")
 FORMAT_ERROR_ACTIONS = ("raw", "empty")
 INSTRUCTION_ROLES = ("user", "system")
 
@@ -32,7 +40,8 @@ class AgentConfig:
     deterministic rule-based summary ("turns so far: N; last observation: ...")."""
     action_format: str = "plain"
     """"plain": the whole response (up to the end-of-turn token) is the action, the default
-    for tiny char models; "react": `<think>...</think><action>...</action>`."""
+    for tiny char models; "react": `<think>...</think><action>...</action>`; "react_text":
+    the action is on an `Action: ...` line (a name of `ACTION_FORMATS`)."""
     think_tag: str = "think"
     """Tag name of the reasoning block in the "react" format."""
     action_tag: str = "action"
