@@ -14,12 +14,11 @@ from arborl.registry import Registry
 
 MEMORY_KINDS = ("full", "last_k", "summary")
 ACTION_FORMATS: Registry = Registry("agent.action_format")
-"""Action formats by name: `parse(text, cfg: AgentConfig) -> ParsedAction` (in
-`arborl.agent.parsing`, imported on first use). `arborl.curate` reads data with the same
-formats."""
-ACTION_FORMATS.register("plain", "arborl.agent.parsing:parse_plain")
-ACTION_FORMATS.register("react", "arborl.agent.parsing:parse_react")
-ACTION_FORMATS.register("react_text", "arborl.agent.parsing:parse_react_text")
+"""Action formats by name: `arborl.agent.parsing.ActionFormat`s (a parser and the stop
+strings), imported on first use. `arborl.curate` reads data with the same formats."""
+ACTION_FORMATS.register("plain", "arborl.agent.parsing:PLAIN")
+ACTION_FORMATS.register("react", "arborl.agent.parsing:REACT")
+ACTION_FORMATS.register("react_text", "arborl.agent.parsing:REACT_TEXT")
 FORMAT_ERROR_ACTIONS = ("raw", "empty")
 INSTRUCTION_ROLES = ("user", "system")
 

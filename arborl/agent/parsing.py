@@ -1,6 +1,6 @@
 """Action parsing: completion text -> the action string sent to the env.
 
-One function per action format (`parse_plain`, `parse_react`, `parse_react_text`), found
+One `ActionFormat` (a parser and its stop strings) per format, `PLAIN`, `REACT`, `REACT_TEXT`, found
 by `AgentConfig.action_format` in the `ACTION_FORMATS` registry. Parsing never raises. A malformed response still yields an action (the raw text or "", per
 `AgentConfig.on_format_error`) so the env can answer "invalid", and `format_ok=False` lets
 the rewards layer apply a format penalty; the rollout loop never has to special-case it.
@@ -9,6 +9,7 @@ the rewards layer apply a format penalty; the rollout loop never has to special-
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -37,7 +38,7 @@ def parse_action(text: str, cfg: AgentConfig) -> ParsedAction:
     `cfg.action_format` (see `ACTION_FORMATS`)."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    return ACTION_FORMATS.get(cfg.action_format)(text, cfg)
+    return ACTION_FORMATS.get(cfg.action_format).parse(text, cfg)
 
 
 def _malformed(text: str, cfg: AgentConfig, thought: str | None = None) -> ParsedAction:
@@ -83,6 +84,23 @@ def stop_strings(cfg: AgentConfig) -> list[str]:
     """Stop strings for generation. plain: none, because the end-of-turn token is the EOS
     that every backend stops on by id (a text stop would cost a decode per token); react:
     the closing action tag, so the model cannot ramble on after its action."""
-    if cfg.action_format == "react":
-        return [f"</{cfg.action_tag}>"]
+    return ACTION_FORMATS.get(cfg.action_format).stop_strings(cfg)
+
+
+def _no_stops(cfg: AgentConfig) -> list[str]:
     return []
+
+
+@dataclass(frozen=True)
+class ActionFormat:
+    """One entry of `ACTION_FORMATS`: how a response holds its action."""
+
+    parse: Callable[[str, AgentConfig], ParsedAction]
+    """`(text, cfg) -> ParsedAction`; never raises."""
+    stop_strings: Callable[[AgentConfig], list[str]] = _no_stops
+    """Text stops for generation in this format."""
+
+
+PLAIN = ActionFormat(parse_plain)
+REACT = ActionFormat(parse_react, lambda cfg: [f"</{cfg.action_tag}>"])
+REACT_TEXT = ActionFormat(parse_react_text)
