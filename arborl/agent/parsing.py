@@ -1,9 +1,10 @@
 """Action parsing: completion text -> the action string sent to the env.
 
-One `ActionFormat` (a parser and its stop strings) per format, `PLAIN`, `REACT`, `REACT_TEXT`, found
-by `AgentConfig.action_format` in the `ACTION_FORMATS` registry. Parsing never raises. A malformed response still yields an action (the raw text or "", per
-`AgentConfig.on_format_error`) so the env can answer "invalid", and `format_ok=False` lets
-the rewards layer apply a format penalty; the rollout loop never has to special-case it.
+One `ActionFormat` (a parser and its stop strings) per format, `PLAIN`, `REACT` and
+`REACT_TEXT`, found by `AgentConfig.action_format` in the `ACTION_FORMATS` registry.
+Parsing never raises. A malformed response still yields an action (the raw text or "",
+per `AgentConfig.on_format_error`) so the env can answer "invalid", and `format_ok=False`
+lets the rewards layer apply a format penalty; the rollout loop never has to special-case it.
 """
 
 from __future__ import annotations
