@@ -123,6 +123,15 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         self._entries.pop(name, None)
 
+    def pop(self, name: str, *default: Any) -> Any:
+        """Remove `name` and return what was registered (not imported); with a `default`,
+        a missing name returns it instead of raising."""
+        if name in self._entries or not default:
+            if name not in self._entries:
+                raise self.unknown(name)
+            return self._entries.pop(name)
+        return default[0]
+
     def get(self, name: str) -> T:
         """The object behind `name` (imported on first use if registered as a string)."""
         try:
@@ -150,6 +159,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def in_order(self) -> list[str]:
+        """Names in registration order (for lookups that try entries in turn)."""
+        return list(self._entries)
+
     def entry(self, name: str) -> Any:
         """What was registered under `name`, without importing it."""
         if name not in self._entries:
@@ -158,6 +171,16 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+    # Mapping-style access, so code and tests that treated a registry as a dict keep working.
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def __setitem__(self, name: str, obj: Any) -> None:
+        self.register(name, obj)
+
+    def __delitem__(self, name: str) -> None:
+        self.pop(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

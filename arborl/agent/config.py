@@ -10,8 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arborl.registry import Registry
+
 MEMORY_KINDS = ("full", "last_k", "summary")
-ACTION_FORMATS = ("plain", "react")
+ACTION_FORMATS: Registry = Registry("agent.action_format")
+"""Action formats by name: `arborl.agent.parsing.ActionFormat`s (a parser and the stop
+strings), imported on first use. `arborl.curate` reads data with the same formats."""
+ACTION_FORMATS.register("plain", "arborl.agent.parsing:PLAIN")
+ACTION_FORMATS.register("react", "arborl.agent.parsing:REACT")
+ACTION_FORMATS.register("react_text", "arborl.agent.parsing:REACT_TEXT")
 FORMAT_ERROR_ACTIONS = ("raw", "empty")
 INSTRUCTION_ROLES = ("user", "system")
 
@@ -32,7 +39,8 @@ class AgentConfig:
     deterministic rule-based summary ("turns so far: N; last observation: ...")."""
     action_format: str = "plain"
     """"plain": the whole response (up to the end-of-turn token) is the action, the default
-    for tiny char models; "react": `<think>...</think><action>...</action>`."""
+    for tiny char models; "react": `<think>...</think><action>...</action>`; "react_text":
+    the action is on an `Action: ...` line (a name of `ACTION_FORMATS`)."""
     think_tag: str = "think"
     """Tag name of the reasoning block in the "react" format."""
     action_tag: str = "action"

@@ -8,12 +8,12 @@ never calls a remote model, so the observation function stays stationary during 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from arborl.agent.config import AgentConfig
+from arborl.registry import load_entry_point
 
 
 @dataclass
@@ -78,13 +78,12 @@ def _resolve_summary_fn(spec: Callable[..., str] | str | None) -> Callable[..., 
         return rule_based_summary
     if callable(spec):
         return spec
-    module_name, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
+        return load_entry_point(spec, "agent.summary_fn")
+    except (ValueError, ImportError, AttributeError) as e:
         raise ValueError(
-            f"agent.summary_fn={spec!r} cannot be loaded ({e}); give 'module:function' of an "
-            "importable function (previous_summary, observation, response, turn) -> str"
+            f"{e}; agent.summary_fn cannot be loaded: give 'module:function' of an importable "
+            "function (previous_summary, observation, response, turn) -> str"
         ) from e
 
 

@@ -12,42 +12,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from arborl.algos._registry import lookup
 from arborl.algos.gigpo import gigpo
 from arborl.algos.group import drgrpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo
 from arborl.algos.returns import gae
+from arborl.registry import Registry
 
-ADV_ESTIMATORS: dict[str, Callable] = {
-    "gae": gae,
-    "grpo": grpo,
-    "drgrpo": drgrpo,
-    "rloo": rloo,
-    "reinforce_pp": reinforce_pp,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "gigpo": gigpo,
-}
+ADV_ESTIMATORS: Registry[Callable] = Registry("adv_estimator")
 """Advantage estimators by config name."""
 
-ADV_ESTIMATOR_LEVELS: dict[str, str] = {
-    "gae": "token",
-    "grpo": "episode",
-    "drgrpo": "episode",
-    "rloo": "episode",
-    "reinforce_pp": "episode",
-    "reinforce_pp_baseline": "episode",
-    "gigpo": "step",
-}
+ADV_ESTIMATOR_LEVELS: Registry[str] = Registry("adv_estimator")
 """What each estimator consumes: "token", "episode" or "step" (see the module docstring)."""
+
+for _name, _fn, _level in (
+    ("gae", gae, "token"),
+    ("grpo", grpo, "episode"),
+    ("drgrpo", drgrpo, "episode"),
+    ("rloo", rloo, "episode"),
+    ("reinforce_pp", reinforce_pp, "episode"),
+    ("reinforce_pp_baseline", reinforce_pp_baseline, "episode"),
+    ("gigpo", gigpo, "step"),
+):
+    ADV_ESTIMATORS.register(_name, _fn)
+    ADV_ESTIMATOR_LEVELS.register(_name, _level)
 
 
 def get_adv_estimator(name: str) -> Callable:
     """The estimator function called `name`; raises listing the known names."""
-    return lookup(ADV_ESTIMATORS, name, "adv_estimator")
+    return ADV_ESTIMATORS.get(name)
 
 
 def adv_estimator_level(name: str) -> str:
     """ "token", "episode" or "step" for the estimator called `name`."""
-    return lookup(ADV_ESTIMATOR_LEVELS, name, "adv_estimator")
+    return ADV_ESTIMATOR_LEVELS.get(name)
 
 
 def needs_critic(name: str) -> bool:

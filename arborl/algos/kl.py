@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from arborl.algos._registry import lookup
+from arborl.registry import Registry
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -52,22 +52,24 @@ def _k3_straight_through(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Te
     return k2 - k2.detach() + _k3(logp, ref_logp).detach()
 
 
-KL_ESTIMATORS: dict[str, KLFn] = {
-    "k1": _k1,
-    "abs": _abs,
-    "k2": _k2,
-    "k3": _k3,
-    "k3+": _k3_straight_through,
-    "kl": _k1,
-    "mse": _k2,
-    "low_var_kl": _k3,
-}
+KL_ESTIMATORS: Registry[KLFn] = Registry("kl kind")
+for _name, _fn in (
+    ("k1", _k1),
+    ("abs", _abs),
+    ("k2", _k2),
+    ("k3", _k3),
+    ("k3+", _k3_straight_through),
+    ("kl", _k1),
+    ("mse", _k2),
+    ("low_var_kl", _k3),
+):
+    KL_ESTIMATORS.register(_name, _fn)
 """Per-token KL estimators by name (aliases included); see the module docstring."""
 
 
 def get_kl_estimator(name: str) -> KLFn:
     """The estimator called `name`; raises listing the known names."""
-    return lookup(KL_ESTIMATORS, name, "kl kind")
+    return KL_ESTIMATORS.get(name)
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
@@ -149,7 +151,9 @@ class AdaptiveKLController:
         self.value = float(state["value"])
 
 
-KL_CONTROLLERS: dict[str, type] = {"fixed": FixedKLController, "adaptive": AdaptiveKLController}
+KL_CONTROLLERS: Registry[type] = Registry("kl controller")
+KL_CONTROLLERS.register("fixed", FixedKLController)
+KL_CONTROLLERS.register("adaptive", AdaptiveKLController)
 """KL controller classes by name."""
 
 
@@ -157,7 +161,7 @@ def make_kl_controller(
     kind: str, coef: float, target_kl: float = 0.1, horizon: float = 10000
 ) -> FixedKLController | AdaptiveKLController:
     """Build the controller called `kind` ("fixed" or "adaptive") starting at `coef`."""
-    cls = lookup(KL_CONTROLLERS, kind, "kl controller")
+    cls = KL_CONTROLLERS.get(kind)
     if cls is FixedKLController:
         return FixedKLController(coef)
     return cls(coef, target_kl, horizon)

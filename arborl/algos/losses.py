@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from arborl.algos._registry import lookup
 from arborl.algos.masked import masked_mean
+from arborl.registry import Registry
 
 AggFn = Callable[[torch.Tensor, torch.Tensor, int | None, float | None, float | None], torch.Tensor]
 
@@ -55,18 +55,17 @@ def _seq_mean_token_sum_norm(loss_mat, mask, max_len, num_tokens, num_seqs):
     return (loss_mat * mask).sum() / scale / _num_seqs(mask, num_seqs)
 
 
-AGG_MODES: dict[str, AggFn] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
-}
+AGG_MODES: Registry[AggFn] = Registry("agg")
+AGG_MODES.register("token-mean", _token_mean)
+AGG_MODES.register("seq-mean-token-sum", _seq_mean_token_sum)
+AGG_MODES.register("seq-mean-token-mean", _seq_mean_token_mean)
+AGG_MODES.register("seq-mean-token-sum-norm", _seq_mean_token_sum_norm)
 """Loss aggregation modes by name; see the module docstring."""
 
 
 def get_agg_mode(name: str) -> AggFn:
     """The aggregation function called `name`; raises listing the known modes."""
-    return lookup(AGG_MODES, name, "agg")
+    return AGG_MODES.get(name)
 
 
 def aggregate(

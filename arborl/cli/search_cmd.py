@@ -19,15 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from arborl.envs.base import SPLITS
-from arborl.search.builders import EVALUATORS, PROPOSERS
-from arborl.search.registry import ALGORITHMS
+from arborl.search.registry import (
+    ALGORITHMS,
+    ARG_EVALUATORS,
+    EVALUATORS,
+    PROPOSERS,
+    is_evaluator_name,
+)
+
+PLAIN_EVALUATORS = [name for name in EVALUATORS if name not in ARG_EVALUATORS]
 
 
 def _evaluator_name(text: str) -> str:
-    if text in EVALUATORS or (text.startswith("rm:") and len(text) > 3):
+    if is_evaluator_name(text):
         return text
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not one of {list(EVALUATORS)} or rm:PATH_OR_URL (a reward model)"
+        f"{text!r} is not one of {PLAIN_EVALUATORS} or rm:PATH_OR_URL (a reward model)"
     )
 
 
@@ -47,7 +54,7 @@ def add_search_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument(
         "--proposer",
         default="policy",
-        choices=PROPOSERS,
+        choices=PROPOSERS.names(),
         help="where actions come from: the policy (samples k distinct actions), the env's "
         "available_actions, or those ranked by the policy's probability (ranked)",
     )
@@ -55,7 +62,7 @@ def add_search_args(p: argparse.ArgumentParser, required: bool) -> None:
         "--evaluator",
         default=None,
         type=_evaluator_name,
-        help=f"node scores: one of {', '.join(EVALUATORS)}, or rm:PATH_OR_URL for a reward model "
+        help=f"node scores: one of {', '.join(PLAIN_EVALUATORS)}, or rm:PATH_OR_URL for a reward model "
         "(default: the env's heuristic if it has one, else none)",
     )
     p.add_argument(

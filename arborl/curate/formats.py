@@ -16,7 +16,6 @@ round trip through any format keeps the conversation text exactly and says what 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import warnings
@@ -37,6 +36,7 @@ from arborl.curate.records import (
 )
 from arborl.data import Step, Trajectory
 from arborl.data.tasks import task_table
+from arborl.registry import Registry
 
 
 class LossyExportWarning(UserWarning):
@@ -51,22 +51,20 @@ class Format:
     write: Callable[[Path, Sequence[Trajectory], str], list[str]]
 
 
-FORMATS: dict[str, Format] = {}
-"""Row formats by name."""
+FORMATS: Registry[Format] = Registry(
+    "format", message="unknown {what} {name}; known: {known}.{hint}"
+)
+"""Row formats by name (`detect_format` tries them in registration order)."""
 
 
 def get_format(name: str) -> Format:
-    if name not in FORMATS:
-        close = difflib.get_close_matches(name, list(FORMATS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown format {name!r}; known: {sorted(FORMATS)}.{hint}")
-    return FORMATS[name]
+    return FORMATS.get(name)
 
 
 def detect_format(row: dict) -> str:
     """The name of the first format whose `detect` accepts `row`; raises `FieldError`."""
-    for name, fmt in FORMATS.items():
-        if fmt.detect(row):
+    for name in FORMATS.in_order():
+        if FORMATS.get(name).detect(row):
             return name
     raise FieldError("(row)", f"matches no known format; its keys are {sorted(row)[:8]}")
 
@@ -345,9 +343,7 @@ def _write_arborl(path: Path, trajs: Sequence[Trajectory], action_format: str) -
 
 
 def register_format(fmt: Format) -> None:
-    if fmt.name in FORMATS:
-        raise ValueError(f"format {fmt.name!r} is already registered")
-    FORMATS[fmt.name] = fmt
+    FORMATS.register(fmt.name, fmt, replace=False)
 
 
 register_format(

@@ -149,19 +149,12 @@ def _umask() -> int:
 
 # --- actions ---------------------------------------------------------------------------
 def action_of(text: str, action_format: str) -> tuple[str, bool]:
-    """(action, format_ok) of an assistant turn's text in `action_format`."""
-    if action_format == "plain":
-        return text, bool(text.strip())
-    if action_format == "react":
-        parsed = parse_action(text, AgentConfig(action_format="react"))
-        return parsed.action, parsed.format_ok
-    if action_format == "react_text":
-        for line in reversed(text.splitlines()):
-            if line.strip().lower().startswith("action:"):
-                action = line.strip()[len("action:") :].strip()
-                return action, bool(action)
-        return text.strip(), False
-    raise ValueError(f"action_format={action_format!r}; use plain, react or react_text")
+    """(action, format_ok) of an assistant turn's text in `action_format`, a name of the
+    agent's `ACTION_FORMATS` registry (the formats a policy answers in)."""
+    parsed = parse_action(text, AgentConfig(action_format=action_format))
+    # A plain turn is kept verbatim (the agent strips what it sends to the env), so that
+    # reading data and writing it back changes no text.
+    return (text if action_format == "plain" else parsed.action), parsed.format_ok
 
 
 # --- chat messages ---------------------------------------------------------------------

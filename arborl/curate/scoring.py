@@ -14,12 +14,11 @@ fluency score, higher is better).
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from arborl.data import Trajectory
+from arborl.registry import Registry, is_entry_point, load_entry_point
 
 
 @runtime_checkable
@@ -29,8 +28,13 @@ class Scorer(Protocol):
     def __call__(self, trajectories: Sequence[Trajectory]) -> Sequence[float]: ...
 
 
-SCORERS: dict[str, Callable[..., Scorer]] = {}
-"""Scorer factories by name: `SCORERS[name](**kwargs)` builds a scorer."""
+SCORERS: Registry[Callable[..., Scorer]] = Registry(
+    "quality.scorer",
+    error=ValueError,
+    message="{what}={name} is not known; use one of {known} or 'module:attr' naming a "
+    "callable(trajectories) -> scores.{hint}",
+)
+"""Scorer factories by name: `SCORERS.get(name)(**kwargs)` builds a scorer."""
 
 
 def register_scorer(name: str, factory: Callable[..., Scorer], overwrite: bool = False) -> None:
@@ -39,27 +43,21 @@ def register_scorer(name: str, factory: Callable[..., Scorer], overwrite: bool =
         raise TypeError(f"scorer {name!r} must be a callable factory, got {factory!r}")
     if name in SCORERS and not overwrite:
         raise ValueError(f"scorer {name!r} is already registered; pass overwrite=True")
-    SCORERS[name] = factory
+    SCORERS.register(name, factory)
 
 
 def make_scorer(name: str, kwargs: dict[str, Any] | None = None) -> Scorer:
     """The scorer `name` (registered, or `module:attr`) built with `kwargs`."""
     kwargs = dict(kwargs or {})
     if name in SCORERS:
-        return SCORERS[name](**kwargs)
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"quality.scorer={name!r}: cannot import it ({e})") from e
-        return obj(**kwargs) if kwargs else obj
-    close = difflib.get_close_matches(name, list(SCORERS), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(
-        f"quality.scorer={name!r} is not known; use one of {sorted(SCORERS)} or "
-        f"'module:attr' naming a callable(trajectories) -> scores.{hint}"
-    )
+        return SCORERS.get(name)(**kwargs)
+    if not is_entry_point(name):
+        raise SCORERS.unknown(name)
+    try:  # a user's scorer (or, given kwargs, its factory)
+        obj = load_entry_point(name, "quality.scorer")
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{e}; quality.scorer cannot import it") from e
+    return obj(**kwargs) if kwargs else obj
 
 
 def score_all(scorer: Scorer, trajs: Sequence[Trajectory], batch_size: int) -> list[float]:

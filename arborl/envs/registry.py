@@ -54,25 +54,9 @@ class EnvSpec:
         """The class or factory behind `entry_point`."""
         if callable(self.entry_point):
             return self.entry_point
-        module_name, sep, attr = str(self.entry_point).partition(":")
-        if not sep or not attr:
-            raise ValueError(
-                f"env {self.id!r}: entry_point={self.entry_point!r} must be 'module:Class'"
-            )
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ImportError(
-                f"env {self.id!r}: cannot import module {module_name!r} of entry_point "
-                f"{self.entry_point!r}: {e}"
-            ) from e
-        try:
-            return getattr(module, attr)
-        except AttributeError as e:
-            raise AttributeError(
-                f"env {self.id!r}: module {module_name!r} has no attribute {attr!r} "
-                f"(entry_point={self.entry_point!r})"
-            ) from e
+        from arborl.registry import load_entry_point
+
+        return load_entry_point(str(self.entry_point), f"env {self.id!r}: entry_point")
 
     def load_heuristic(self) -> Any:
         """The function behind `heuristic`, or None when the env registered none."""

@@ -2,7 +2,8 @@
 
 `make_backend("tiny-1m")`, `make_backend("runs/x/checkpoints/step_100")` and
 `make_backend("http://127.0.0.1:8000/v1", tokenizer="tiny-1m")` all return
-`(backend, tokenizer)`, so rollout code never branches on where the model lives.
+`(backend, tokenizer)`, so rollout code never branches on where the model lives. Each
+`kind` has a backend class (`BACKENDS`) and a builder (`BUILDERS`), both registries.
 """
 
 from __future__ import annotations
@@ -15,18 +16,23 @@ from arborl.generation.base import GenerationBackend
 from arborl.generation.hf import HFBackend
 from arborl.generation.openai_backend import OpenAIBackend
 from arborl.generation.vllm_backend import VLLMBackend
+from arborl.registry import Registry
 
-BACKENDS: dict[str, type] = {
-    "hf": HFBackend,
-    "openai": OpenAIBackend,
-    "vllm": VLLMBackend,
-}
+BACKENDS: Registry[type] = Registry(
+    "generation backend", error=ValueError, message="unknown {what} {name}; known: {known}.{hint}"
+)
+"""Backend classes by `kind`."""
+BACKENDS.register("hf", HFBackend)
+BACKENDS.register("openai", OpenAIBackend)
+BACKENDS.register("vllm", VLLMBackend)
+
+BUILDERS: Registry = Registry("generation backend", error=ValueError)
+"""`kind` -> `build(spec, is_url, opts) -> (backend, tokenizer)`, `opts` being
+`make_backend`'s keyword arguments."""
 
 
 def get_backend_class(name: str) -> type:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown generation backend {name!r}; known: {sorted(BACKENDS)}")
-    return BACKENDS[name]
+    return BACKENDS.get(name)
 
 
 def make_backend(
@@ -49,41 +55,75 @@ def make_backend(
     required since text must be mapped back to token ids, and `model_name` defaults to the
     first model the server lists. Extra `kwargs` go to the backend's constructor.
     """
-    from arborl.models import load_policy, load_tokenizer
-
     is_url = spec.startswith(("http://", "https://"))
     kind = kind or ("openai" if is_url else "hf")
     get_backend_class(kind)
-    if kind == "openai":
-        if not is_url:
-            raise ValueError(f"backend 'openai' needs an http(s):// URL, got spec={spec!r}")
-        if tokenizer is None:
-            raise ValueError(
-                f"make_backend({spec!r}) needs tokenizer= (a tokenizer, preset name or "
-                "checkpoint dir) to map the server's text back to token ids"
-            )
-        if isinstance(tokenizer, str):
-            tokenizer = load_tokenizer(tokenizer)
-        backend = OpenAIBackend(
-            spec,
-            model_name or "",
-            tokenizer,
-            api_key=api_key,
-            max_batch_size=max_batch_size,
-            **kwargs,
+    opts = dict(
+        tokenizer=tokenizer,
+        model_name=model_name,
+        api_key=api_key,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+        max_batch_size=max_batch_size,
+        kwargs=kwargs,
+    )
+    return BUILDERS.get(kind)(spec, is_url, opts)
+
+
+@BUILDERS.register("openai")
+def _build_openai(spec: str, is_url: bool, o: dict) -> tuple[Any, Any]:
+    from arborl.models import load_tokenizer
+
+    if not is_url:
+        raise ValueError(f"backend 'openai' needs an http(s):// URL, got spec={spec!r}")
+    tokenizer = o["tokenizer"]
+    if tokenizer is None:
+        raise ValueError(
+            f"make_backend({spec!r}) needs tokenizer= (a tokenizer, preset name or "
+            "checkpoint dir) to map the server's text back to token ids"
         )
-        if not model_name:
-            backend.model = list_models(backend.base_url, api_key)[0]
-        return backend, tokenizer
+    if isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer)
+    backend = OpenAIBackend(
+        spec,
+        o["model_name"] or "",
+        tokenizer,
+        api_key=o["api_key"],
+        max_batch_size=o["max_batch_size"],
+        **o["kwargs"],
+    )
+    if not o["model_name"]:
+        backend.model = list_models(backend.base_url, o["api_key"])[0]
+    return backend, tokenizer
+
+
+def _local_only(kind: str, spec: str, is_url: bool) -> None:
     if is_url:
         raise ValueError(f"backend {kind!r} runs a local model; spec={spec!r} is a URL")
-    if kind == "vllm":
-        backend = VLLMBackend(spec, seed=seed, dtype=dtype, **kwargs)
-        return backend, backend.tokenizer
-    model, tok = load_policy(spec, dtype=dtype, seed=seed)
+
+
+@BUILDERS.register("vllm")
+def _build_vllm(spec: str, is_url: bool, o: dict) -> tuple[Any, Any]:
+    _local_only("vllm", spec, is_url)
+    backend = VLLMBackend(spec, seed=o["seed"], dtype=o["dtype"], **o["kwargs"])
+    return backend, backend.tokenizer
+
+
+@BUILDERS.register("hf")
+def _build_hf(spec: str, is_url: bool, o: dict) -> tuple[Any, Any]:
+    from arborl.models import load_policy
+
+    _local_only("hf", spec, is_url)
+    model, tok = load_policy(spec, dtype=o["dtype"], seed=o["seed"])
     model.eval()
     backend = HFBackend(
-        model, tok, device=device, max_batch_size=max_batch_size, seed=seed, **kwargs
+        model,
+        tok,
+        device=o["device"],
+        max_batch_size=o["max_batch_size"],
+        seed=o["seed"],
+        **o["kwargs"],
     )
     return backend, tok
 

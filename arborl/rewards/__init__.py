@@ -4,10 +4,12 @@ Sources are batched functions of per-step fields (see `sources`); `combine_rewar
 them with weights and keeps each component for logging. Shaping helpers add
 potential-based terms and compute discounted returns. Reward models plug in through
 `register_reward_source`; the `rm` source (`rm_source`) is a trained outcome or process
-reward model (`reward_model`), local or behind `arborl rm serve`.
+reward model (`reward_model`), local or behind `arborl rm serve`, built per run by
+`build_reward_fns(reward_cfg)` and passed to `combine_rewards(..., fns=...)`.
 """
 
-from arborl.rewards.rm_source import RewardModelSource, configure_rm_source
+from arborl.rewards.build import build_reward_fns
+from arborl.rewards.rm_source import RewardModelSource, build_rm_source, configure_rm_source
 from arborl.rewards.shaping import (
     discounted_cumulative_returns,
     episode_potential_shaping,
@@ -28,6 +30,8 @@ __all__ = [
     "REWARD_SOURCES",
     "RewardFn",
     "RewardModelSource",
+    "build_reward_fns",
+    "build_rm_source",
     "combine_rewards",
     "configure_rm_source",
     "discounted_cumulative_returns",

@@ -14,8 +14,11 @@ model (local) or to `arborl rm serve` (URL). What a row gets:
   farm reward by lingering in states the PRM likes. A step the context cut off repeats
   the previous p (difference 0).
 
-The source is registered by `configure_rm_source` (the trainer calls it at start-up when
-`rm` is in `reward.sources`); `RewardConfig` already refuses `rm` without `rm_model`.
+The source is built per run by `build_rm_source(reward_cfg)` (through
+`arborl.rewards.build_reward_fns`, which the trainer calls at start-up), so two trainers in
+one process can score with two reward models; `RewardConfig` already refuses `rm` without
+`rm_model`. `configure_rm_source` is the old global registration, kept only until
+`arborl.train.rl` and `arborl.distributed.controller` call `build_reward_fns`.
 """
 
 from __future__ import annotations
@@ -85,20 +88,28 @@ class RewardModelSource:
         return float(filled[t] - before)
 
 
-def configure_rm_source(reward_cfg: Any) -> RewardModelSource | None:
-    """Register the `rm` source for `reward_cfg` (a `RewardConfig`) when its `sources` use
-    it; load the local model or connect to the server now, so a bad path fails at start."""
-    if "rm" not in reward_cfg.sources:
-        return None
-    if not reward_cfg.rm_model:
+def build_rm_source(reward_cfg: Any) -> RewardModelSource:
+    """A fresh `rm` source for `reward_cfg` (a `RewardConfig`); loads the local model or
+    connects to the server now, so a bad path fails at start. Registers nothing."""
+    if not getattr(reward_cfg, "rm_model", None):
         raise ValueError(
             "reward.sources has 'rm' but reward.rm_model is not set; give a directory from "
-            "`arborl rm train` or an `arborl rm serve` URL"
+            "`arborl rm train` or an `arborl rm serve` URL (reward.rm_model=...)"
         )
     from arborl.rewards.rm_evaluator import load_scorer
 
     scorer = load_scorer(reward_cfg.rm_model, token=reward_cfg.rm_token)
-    source = RewardModelSource(scorer, batch_size=reward_cfg.rm_batch_size)
+    return RewardModelSource(scorer, batch_size=reward_cfg.rm_batch_size)
+
+
+def configure_rm_source(reward_cfg: Any) -> RewardModelSource | None:
+    """Deprecated: `build_rm_source`, then registered globally as `rm`. Only
+    `arborl.train.rl` and `arborl.distributed.controller` still call it (their
+    `combine_rewards` reads the registry); delete it once they pass
+    `fns=build_reward_fns(cfg.reward)` to `combine_rewards`."""
+    if "rm" not in reward_cfg.sources:
+        return None
+    source = build_rm_source(reward_cfg)
     register_reward_source("rm", source, overwrite=True)
     return source
 

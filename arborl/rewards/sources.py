@@ -14,8 +14,9 @@ Built-ins (`REWARD_SOURCES`):
 - "step": -1 on every row, a per-step cost that favours short solutions.
 - "potential": potential-based shaping phi(s') - phi(s) from the env's `info['potential']`.
 
-A trained reward model joins as "rm" once `arborl.rewards.configure_rm_source` registers it
-(the trainer does, from `reward.rm_model`).
+A trained reward model joins as "rm": it is not a built-in but is built per run, from
+`reward.rm_model`, by `arborl.rewards.build_reward_fns(reward_cfg)`, whose callables the
+trainer passes to `combine_rewards(..., fns=...)`. No run writes into `REWARD_SOURCES`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from arborl.algos import UnknownNameError
+from arborl.registry import Registry
 
 FIELDS: dict[str, str] = {
     "env_reward": "float: the reward the env returned for the step.",
@@ -105,15 +106,17 @@ def potential_reward(fields: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.where(np.isnan(shaped), 0.0, shaped)
 
 
-REWARD_SOURCES: dict[str, RewardFn] = {
-    "env": env_reward,
-    "outcome": outcome_reward,
-    "format": format_penalty,
-    "invalid_action": invalid_action_penalty,
-    "step": step_penalty,
-    "potential": potential_reward,
-}
+REWARD_SOURCES: Registry[RewardFn] = Registry(
+    "reward source",
+    message="{what} {name} is not known; use one of: {known} (or register_reward_source).{hint}",
+)
 """Reward sources by name. Add more with `register_reward_source`."""
+REWARD_SOURCES.register("env", env_reward)
+REWARD_SOURCES.register("outcome", outcome_reward)
+REWARD_SOURCES.register("format", format_penalty)
+REWARD_SOURCES.register("invalid_action", invalid_action_penalty)
+REWARD_SOURCES.register("step", step_penalty)
+REWARD_SOURCES.register("potential", potential_reward)
 
 
 def register_reward_source(
@@ -131,30 +134,39 @@ def register_reward_source(
             f"reward source {name!r} is already registered; pick another name or pass "
             "overwrite=True"
         )
-    REWARD_SOURCES[name] = fn
+    REWARD_SOURCES.register(name, fn)
 
 
 def get_reward_source(name: str) -> RewardFn:
     """The reward source called `name`; raises listing the known names."""
-    if name not in REWARD_SOURCES:
-        raise UnknownNameError(
-            f"reward source {name!r} is not known; use one of: {', '.join(sorted(REWARD_SOURCES))}"
-            " (or register_reward_source)"
-        )
-    return REWARD_SOURCES[name]
+    return REWARD_SOURCES.get(name)
 
 
 def combine_rewards(
-    fields: Mapping[str, np.ndarray], weights: Mapping[str, float]
+    fields: Mapping[str, np.ndarray],
+    weights: Mapping[str, float],
+    fns: Mapping[str, RewardFn] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Weighted sum of reward sources: `(total (N,), {name: weight * source(fields) (N,)})`.
 
-    The components are the weighted contributions, so they add up to `total`. Every name
-    in `weights` is checked before any source runs.
+    `fns` (name -> callable, e.g. from `build_reward_fns(reward_cfg)`) are the run's own
+    sources and are used instead of the registry when given. The components are the
+    weighted contributions, so they add up to `total`. Every name in `weights` is checked
+    before any source runs.
     """
     if not weights:
         raise ValueError("weights is empty; give at least one source, e.g. {'env': 1.0}")
-    sources = {name: get_reward_source(name) for name in weights}
+    if fns is None:
+        sources = {name: get_reward_source(name) for name in weights}
+    else:
+        missing = sorted(set(weights) - set(fns))
+        if missing:
+            raise KeyError(
+                f"reward sources {missing} have weights but no function in fns (it has "
+                f"{sorted(fns)}); build fns with build_reward_fns(reward_cfg) from the same "
+                "reward.sources"
+            )
+        sources = {name: fns[name] for name in weights}
     n = num_rows(fields)
     total = np.zeros(n, dtype=np.float64)
     components: dict[str, np.ndarray] = {}

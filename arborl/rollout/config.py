@@ -1,11 +1,13 @@
 """`RolloutConfig`: how many episodes, how long, how sampled, which training view.
 
 Checked at construction so a bad value fails before any env is built or token sampled.
+`mode` is only stored here: the modes (and the `search` section a tree needs) live above
+`arborl.rollout`, in `arborl.train.rollout_modes`, which checks it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 VIEWS = ("step", "episode")
 
@@ -44,19 +46,10 @@ class RolloutConfig:
     """Seeds the task draw (when `seeds` are not given) and every turn's sampling; None
     leaves sampling to the backend's own generator."""
     mode: str = "flat"
-    """"flat": independent episodes; "tree": one search tree per task grown by the policy
-    (`arborl.search.training.tree_rollout`), each node one training row (step view)."""
-    search_algo: str = "tot-bfs"
-    """Tree mode: the search id (tot-bfs, tot-dfs, dfsdt, mcts, got, best-of-n, ...)."""
-    search_budget: int = 32
-    """Tree mode: env steps (nodes) per tree (`Budget.max_nodes`)."""
-    search_params: dict = field(default_factory=dict)
-    """Tree mode: the search's parameters, e.g. {breadth: 2, beam: 2} for tot-bfs."""
-    search_evaluator: str = "heuristic"
-    """Tree mode: node scores guiding the search: heuristic (the env's), rollout, none."""
-    tree_adv: str = "mc_sibling"
-    """Tree mode: per-node advantage written as each row's reward: mc_value (V(n) -
-    V(parent)), sibling, mc_sibling, treerl (see `arborl.search.export`)."""
+    """How episodes are collected, a name of `arborl.train.rollout_modes.ROLLOUT_MODES`:
+    "flat" (independent episodes) or "tree" (one search tree per task grown by the policy,
+    each node one training row, step view; the tree settings are the `search` section).
+    Checked by the train config, since the modes live above this package."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,23 +64,6 @@ class RolloutConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{prefix}.{name}={value!r} must be an int >= 1")
-        if self.mode not in ("flat", "tree"):
-            raise ValueError(f"{prefix}.mode={self.mode!r} is not one of ['flat', 'tree']")
-        if self.mode == "tree" and self.view != "step":
-            raise ValueError(f"{prefix}.mode='tree' needs view='step', got {self.view!r}")
-        if not isinstance(self.search_budget, int) or self.search_budget < 1:
-            raise ValueError(f"{prefix}.search_budget={self.search_budget!r} must be an int >= 1")
-        if self.mode == "tree":  # names checked at start-up, not at the first tree
-            from arborl.search.export import ADV_MODES
-            from arborl.search.registry import ALGORITHMS
-
-            for name, value, known in (
-                ("search_algo", self.search_algo, sorted(ALGORITHMS)),
-                ("tree_adv", self.tree_adv, list(ADV_MODES)),
-                ("search_evaluator", self.search_evaluator, ["heuristic", "rollout", "none"]),
-            ):
-                if value not in known:
-                    raise ValueError(f"{prefix}.{name}={value!r} is not one of {known}")
         if self.view not in VIEWS:
             raise ValueError(f"{prefix}.view={self.view!r} is not one of {list(VIEWS)}")
         if self.temperature < 0:

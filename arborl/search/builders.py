@@ -15,64 +15,115 @@ from collections.abc import Sequence
 from typing import Any
 
 from arborl.search.base import Budget, SearchResult
-from arborl.search.evaluators import (
-    PolicyJudgeEvaluator,
-    RolloutEvaluator,
-    heuristic_evaluator,
-)
 from arborl.search.problem import Problem
-from arborl.search.proposers import ActionsProposer, LMProposer, RankedActionsProposer
-from arborl.search.registry import make_search
+from arborl.search.registry import ARG_EVALUATORS, EVALUATORS, PROPOSERS, make_search
 
-PROPOSERS = ("actions", "policy", "ranked")
-"""`actions`: the env's available_actions; `policy`: the LM samples k distinct actions;
-`ranked`: the env's available_actions ranked by the policy's probability of each."""
-EVALUATORS = ("heuristic", "rollout", "judge", "none")
-"""`heuristic`: the env's built-in heuristic; `rollout`: a proposer rollout to the end;
-`judge`: the policy's P(yes) to "can this still be solved?"; `none`: the return so far.
-Besides these, `rm:PATH_OR_URL` scores nodes with a reward model (`arborl rm train` output or
-an `arborl rm serve` URL; the token comes from ARBORL_TOKEN)."""
+DEFAULT_ROLLOUT_DEPTH = 16
+"""Steps of a `rollout` evaluator's playout when the caller names none (what `arborl
+search`, `arborl eval --search` and `bench/search_scaling.py` have always used; training
+trees pass their own, `arborl.search.training.TREE_ROLLOUT_DEPTH`)."""
 
 
 def make_proposer(name: str, backend: Any = None, tokenizer: Any = None, **kw: Any):
-    """`actions`, `policy` or `ranked` (the last two need `backend` and `tokenizer`; `kw`
-    go to LMProposer)."""
-    if name == "actions":
-        return ActionsProposer()
-    if name == "policy":
-        if backend is None or tokenizer is None:
-            raise ValueError(
-                "proposer 'policy' needs an LM: pass --policy <preset|checkpoint dir|URL>, "
-                "or use --proposer actions to expand with the env's available_actions"
-            )
-        return LMProposer(backend, tokenizer, **kw)
-    if name == "ranked":
-        if backend is None or tokenizer is None:
-            raise ValueError("proposer 'ranked' needs an LM: pass --policy <preset|dir>")
-        return RankedActionsProposer(LMProposer(backend, tokenizer, **kw))
-    raise ValueError(f"proposer={name!r} is not one of {list(PROPOSERS)}")
+    """The proposer `name` of `PROPOSERS` (`policy` and `ranked` need `backend` and
+    `tokenizer`; `kw` go to LMProposer)."""
+    return PROPOSERS.get(name)(backend, tokenizer, **kw)
 
 
-def make_evaluator(name: str, env_id: str = "", backend: Any = None, tokenizer: Any = None):
-    """An evaluator by name (see `EVALUATORS`); `judge` needs an in-process HF model."""
-    if name == "heuristic":
-        return heuristic_evaluator(env_id)
-    if name == "rollout":
-        return RolloutEvaluator(max_steps=16)
-    if name == "judge":
-        model = getattr(backend, "model", None)
-        if model is None:
-            raise ValueError("evaluator 'judge' needs an in-process policy (a preset or dir)")
-        return PolicyJudgeEvaluator(model, tokenizer)
-    if name == "none":
-        return None
-    if name.startswith("rm:"):  # a reward model: a saved RM directory or an `rm serve` URL
-        from arborl.rewards.rm_evaluator import load_rm_evaluator
+def make_evaluator(
+    name: str,
+    env_id: str = "",
+    backend: Any = None,
+    tokenizer: Any = None,
+    *,
+    rollout_depth: int = DEFAULT_ROLLOUT_DEPTH,
+    heuristic_fallback: bool = False,
+):
+    """An evaluator by name (see `EVALUATORS`; `rm:PATH_OR_URL` for a reward model).
 
-        return load_rm_evaluator(name[3:])
-    raise ValueError(
-        f"evaluator={name!r} is not one of {list(EVALUATORS)} or rm:PATH_OR_URL (a reward model)"
+    rollout_depth: steps of a `rollout` evaluator's playout.
+    heuristic_fallback: `heuristic` on an env without a built-in heuristic gives no
+    evaluator (nodes keep their return so far) instead of raising.
+    `judge` needs an in-process HF model (`backend.model`)."""
+    key, sep, arg = name.partition(":")
+    if key in EVALUATORS and bool(sep) != (key in ARG_EVALUATORS):
+        raise EVALUATORS.unknown(name)  # `rm` needs its `:PATH_OR_URL`, the others take none
+    return EVALUATORS.get(key)(
+        arg if sep else None,
+        env_id=env_id,
+        backend=backend,
+        tokenizer=tokenizer,
+        rollout_depth=rollout_depth,
+        heuristic_fallback=heuristic_fallback,
     )
+
+
+# --- the factories the registries name (arborl.search.registry) -----------------------------
+def _needs_lm(name: str, backend: Any, tokenizer: Any, fix: str) -> None:
+    if backend is None or tokenizer is None:
+        raise ValueError(f"proposer {name!r} needs an LM: {fix}")
+
+
+def actions_proposer(backend: Any = None, tokenizer: Any = None, **kw: Any):
+    from arborl.search.proposers import ActionsProposer
+
+    return ActionsProposer()
+
+
+def policy_proposer(backend: Any = None, tokenizer: Any = None, **kw: Any):
+    from arborl.search.proposers import LMProposer
+
+    _needs_lm(
+        "policy",
+        backend,
+        tokenizer,
+        "pass --policy <preset|checkpoint dir|URL>, or use --proposer actions to expand "
+        "with the env's available_actions",
+    )
+    return LMProposer(backend, tokenizer, **kw)
+
+
+def ranked_proposer(backend: Any = None, tokenizer: Any = None, **kw: Any):
+    from arborl.search.proposers import LMProposer, RankedActionsProposer
+
+    _needs_lm("ranked", backend, tokenizer, "pass --policy <preset|dir>")
+    return RankedActionsProposer(LMProposer(backend, tokenizer, **kw))
+
+
+def heuristic_evaluator(arg, *, env_id: str, heuristic_fallback: bool = False, **_: Any):
+    from arborl.search import evaluators
+
+    if heuristic_fallback and env_id not in evaluators.HEURISTICS:
+        return None
+    return evaluators.heuristic_evaluator(env_id)
+
+
+def rollout_evaluator(arg, *, rollout_depth: int = DEFAULT_ROLLOUT_DEPTH, **_: Any):
+    from arborl.search.evaluators import RolloutEvaluator
+
+    return RolloutEvaluator(max_steps=rollout_depth)
+
+
+def judge_evaluator(arg, *, backend: Any = None, tokenizer: Any = None, **_: Any):
+    from arborl.search.evaluators import PolicyJudgeEvaluator
+
+    model = getattr(backend, "model", None)
+    if model is None:
+        raise ValueError("evaluator 'judge' needs an in-process policy (a preset or dir)")
+    return PolicyJudgeEvaluator(model, tokenizer)
+
+
+def none_evaluator(arg, **_: Any):
+    return None
+
+
+def rm_evaluator(arg, **_: Any):
+    """A reward model: a saved RM directory or an `arborl rm serve` URL (`rm:PATH_OR_URL`)."""
+    if not arg:
+        raise ValueError("evaluator 'rm' needs a reward model: write rm:PATH_OR_URL")
+    from arborl.rewards.rm_evaluator import load_rm_evaluator
+
+    return load_rm_evaluator(arg)
 
 
 def make_problem(

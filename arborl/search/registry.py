@@ -1,45 +1,75 @@
 """String-keyed registries of searches, proposers and evaluators (ids for config and CLI).
 
-Entries are `"module:Class"` strings, imported on first use. An unknown id raises listing
-the known ids (with a did-you-mean); an unknown parameter raises listing the accepted ones.
+All three are `arborl.registry.Registry` objects whose entries are `"module:attr"`
+strings, imported on first use, so listing or checking ids (config validation, `--help`)
+imports no search code. An unknown id raises listing the known ids (with a
+did-you-mean); an unknown parameter raises listing the accepted ones.
+
+- `ALGORITHMS`: search id -> a class with `run(problem, budget, seed)`.
+- `PROPOSERS`: proposer id -> `factory(backend, tokenizer, **kw)` (`arborl.search.builders`).
+- `EVALUATORS`: evaluator id -> `factory(arg, *, env_id, backend, tokenizer, rollout_depth,
+  heuristic_fallback)`; `arg` is what follows the id's colon (`rm:PATH_OR_URL`), else None.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
 from typing import Any
 
-from arborl.algos import UnknownNameError
+from arborl.registry import Registry, load_entry_point
 
-ALGORITHMS: dict[str, str] = {
-    "tot-bfs": "arborl.search.tot:ToTBFS",
-    "tot-dfs": "arborl.search.tot:ToTDFS",
-    "dfsdt": "arborl.search.dfsdt:DFSDT",
-    "mcts": "arborl.search.mcts:MCTS",
-    "got": "arborl.search.got:GoT",
-    "best-of-n": "arborl.search.sampling:BestOfN",
-    "self-consistency": "arborl.search.sampling:SelfConsistency",
-    "beam-prm": "arborl.search.beam:BeamPRM",
-}
+ALGORITHMS: Registry[type] = Registry(
+    "search algorithm", message="unknown {what} {name}.{hint} Known: {known}"
+)
 """Search id -> `"module:Class"`."""
+for _name, _entry in (
+    ("tot-bfs", "arborl.search.tot:ToTBFS"),
+    ("tot-dfs", "arborl.search.tot:ToTDFS"),
+    ("dfsdt", "arborl.search.dfsdt:DFSDT"),
+    ("mcts", "arborl.search.mcts:MCTS"),
+    ("got", "arborl.search.got:GoT"),
+    ("best-of-n", "arborl.search.sampling:BestOfN"),
+    ("self-consistency", "arborl.search.sampling:SelfConsistency"),
+    ("beam-prm", "arborl.search.beam:BeamPRM"),
+):
+    ALGORITHMS.register(_name, _entry)
+
+PROPOSERS: Registry = Registry("proposer", error=ValueError)
+"""`actions`: the env's available_actions; `policy`: the LM samples k distinct actions;
+`ranked`: the env's available_actions ranked by the policy's probability of each."""
+for _name in ("actions", "policy", "ranked"):
+    PROPOSERS.register(_name, f"arborl.search.builders:{_name}_proposer")
+
+EVALUATORS: Registry = Registry(
+    "evaluator",
+    error=ValueError,
+    message="{what}={name} is not known; use one of: {known} or rm:PATH_OR_URL (a reward "
+    "model).{hint}",
+)
+"""`heuristic`: the env's built-in heuristic; `rollout`: a proposer rollout of
+`rollout_depth` steps; `judge`: the policy's P(yes) to "can this still be solved?";
+`none`: the return so far; `rm:PATH_OR_URL`: a reward model (`arborl rm train` output or an
+`arborl rm serve` URL; the token comes from ARBORL_TOKEN)."""
+for _name in ("heuristic", "rollout", "judge", "none", "rm"):
+    EVALUATORS.register(_name, f"arborl.search.builders:{_name}_evaluator")
+ARG_EVALUATORS = ("rm",)
+"""Evaluator ids written with an argument, `ID:ARG` (`rm:PATH_OR_URL`)."""
 
 
-def _unknown(name: str, known: list[str], what: str) -> UnknownNameError:
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return UnknownNameError(f"unknown {what} {name!r}.{hint} Known: {', '.join(sorted(known))}")
+def is_evaluator_name(text: str) -> bool:
+    """Whether `text` names an evaluator: a plain id, or `rm:PATH_OR_URL`."""
+    key, sep, arg = text.partition(":")
+    return key in EVALUATORS and (bool(sep and arg) if key in ARG_EVALUATORS else not sep)
 
 
 def load_entry(entry: str) -> Any:
-    module, _, attr = entry.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """The object behind a `"module:attr"` string (see `arborl.registry.load_entry_point`)."""
+    return load_entry_point(entry, "search entry")
 
 
-def register_search(name: str, entry: str) -> None:
-    """Add a search id (a `"module:Class"` whose class has `run(problem, budget, seed)`)."""
-    ALGORITHMS[name] = entry
+def register_search(name: str, entry: Any) -> None:
+    """Add a search id (a `"module:Class"`, or the class, with `run(problem, budget, seed)`)."""
+    ALGORITHMS.register(name, entry)
 
 
 def search_params(name: str) -> dict[str, Any]:
@@ -50,9 +80,7 @@ def search_params(name: str) -> dict[str, Any]:
 
 
 def get_search_class(name: str) -> type:
-    if name not in ALGORITHMS:
-        raise _unknown(name, list(ALGORITHMS), "search algorithm")
-    return load_entry(ALGORITHMS[name])
+    return ALGORITHMS.get(name)
 
 
 def make_search(name: str, **params: Any) -> Any:

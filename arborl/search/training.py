@@ -1,12 +1,13 @@
-"""Search rollouts for the RL trainer (`rollout.mode=tree`).
+"""Search rollouts for the RL trainer (`rollout.mode=tree`, settings in `search.*`).
 
-`tree_rollout` has `run_rollout`'s signature and returns the same `RolloutResult`: one
-search tree per task seed, grown by the policy itself (`LMProposer`, so every node keeps
-the tokens and logprobs it was sampled with), exported as step-layout rows with
-`arborl.search.export`. Each row is a one-turn episode whose reward is the node's tree
-advantage (`rollout.tree_adv`) and whose `group_id` is its sibling group, so the trainer's
-group estimators (GRPO, RLOO) normalise among siblings. Trees do not stop at the first win
-(siblings of a winning step are the training signal).
+`tree_rollout` returns the same `RolloutResult` as `run_rollout`: one search tree per task
+seed, grown by the policy itself (`LMProposer`, so every node keeps the tokens and logprobs
+it was sampled with), exported as step-layout rows with `arborl.search.export`. Each row is
+a one-turn episode whose reward is the node's tree advantage (`search.tree_adv`) and whose
+`group_id` is its sibling group, so the trainer's group estimators (GRPO, RLOO) normalise
+among siblings. Trees do not stop at the first win (siblings of a winning step are the
+training signal). The sampling settings come from the `RolloutConfig`, the tree settings
+from the `SearchConfig`, both passed explicitly.
 """
 
 from __future__ import annotations
@@ -16,44 +17,43 @@ from collections.abc import Sequence
 from typing import Any
 
 from arborl.search.base import Budget
-from arborl.search.evaluators import HEURISTICS, RolloutEvaluator, heuristic_evaluator
-from arborl.search.export import ADV_MODES, tree_episodes
+from arborl.search.builders import make_evaluator
+from arborl.search.config import SearchConfig
+from arborl.search.export import tree_episodes
 from arborl.search.problem import Problem
 from arborl.search.proposers import LMProposer
 from arborl.search.registry import make_search
 
-EVALUATORS = ("heuristic", "rollout", "none")
+TREE_ROLLOUT_DEPTH = 8
+"""Playout steps of `search.evaluator=rollout` in training trees (shorter than the
+standalone search's `builders.DEFAULT_ROLLOUT_DEPTH`: every step is a policy call)."""
 
 
-def make_tree_evaluator(name: str, env_id: str):
-    """The evaluator a training tree uses: 'heuristic' (the env's, if it has one),
-    'rollout' (a policy rollout to the end) or 'none' (each node's return so far)."""
-    if name == "heuristic":
-        return heuristic_evaluator(env_id) if env_id in HEURISTICS else None
-    if name == "rollout":
-        return RolloutEvaluator(max_steps=8)
-    if name == "none":
-        return None
-    raise ValueError(f"rollout.search_evaluator={name!r} is not one of {list(EVALUATORS)}")
-
-
-def grow_trees(backend, tokenizer, pool, seeds, cfg, agent_cfg, split: str) -> list:
+def grow_trees(
+    backend, tokenizer, pool, seeds, rollout_cfg, search_cfg: SearchConfig, agent_cfg, split: str
+) -> list:
     """One `SearchResult` per seed, each tree grown by the policy on `pool[i]`."""
     if len(pool) < len(seeds):
         raise ValueError(f"tree rollout needs one env per seed: {len(pool)} < {len(seeds)}")
+    r = rollout_cfg
     proposer = LMProposer(
         backend,
         tokenizer,
         agent_cfg,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        max_prompt_tokens=r.max_prompt_tokens,
     )
-    evaluator = make_tree_evaluator(cfg.search_evaluator, getattr(pool[0], "env_id", ""))
-    search = make_search(cfg.search_algo, **dict(cfg.search_params or {}))
-    budget = Budget(max_nodes=cfg.search_budget, max_depth=cfg.max_turns)
+    evaluator = make_evaluator(
+        search_cfg.evaluator,
+        getattr(pool[0], "env_id", ""),
+        rollout_depth=TREE_ROLLOUT_DEPTH,
+        heuristic_fallback=True,
+    )
+    search = make_search(search_cfg.algo, **dict(search_cfg.params or {}))
+    budget = Budget(max_nodes=search_cfg.budget, max_depth=r.max_turns)
     results = []
     for i, s in enumerate(seeds):
         problem = Problem(
@@ -64,7 +64,7 @@ def grow_trees(backend, tokenizer, pool, seeds, cfg, agent_cfg, split: str) -> l
             stop_on_win=False,
             reset_options={"split": split},
         )
-        results.append(search.run(problem, budget, seed=(cfg.seed or 0) * 1_000_003 + i))
+        results.append(search.run(problem, budget, seed=(r.seed or 0) * 1_000_003 + i))
     return results
 
 
@@ -73,25 +73,33 @@ def tree_rollout(
     tokenizer: Any,
     pool: Any,
     seeds: Sequence[int],
-    cfg: Any,
+    rollout_cfg: Any,
+    search_cfg: SearchConfig,
     agent_cfg: Any = None,
     split: str = "train",
 ) -> Any:
     """One search tree per seed on `pool[i]`; a `RolloutResult` whose batch is the trees'
-    nodes as training rows (see the module docstring). `cfg` is a `RolloutConfig`."""
+    nodes as training rows (see the module docstring). `rollout_cfg` is a `RolloutConfig`
+    (sampling, turn limit, seed), `search_cfg` a `SearchConfig` (the tree)."""
     from arborl.agent import AgentConfig
     from arborl.rollout.batching import build_step_batch
     from arborl.rollout.engine import RolloutResult
     from arborl.rollout.episode import to_trajectory
 
+    if not isinstance(search_cfg, SearchConfig):
+        raise TypeError(
+            f"tree_rollout(..., rollout_cfg, search_cfg, agent_cfg): search_cfg must be a "
+            f"SearchConfig (the train config's `search` section), got {type(search_cfg).__name__}"
+        )
+    cfg = rollout_cfg
     start = time.perf_counter()
-    if cfg.tree_adv not in ADV_MODES:
-        raise ValueError(f"rollout.tree_adv={cfg.tree_adv!r} is not one of {list(ADV_MODES)}")
-    results = grow_trees(backend, tokenizer, pool, seeds, cfg, agent_cfg or AgentConfig(), split)
+    search_cfg.validate()  # a SearchConfig changed after construction is checked again
+    agent_cfg = agent_cfg or AgentConfig()
+    results = grow_trees(backend, tokenizer, pool, seeds, cfg, search_cfg, agent_cfg, split)
     trees = [r.tree for r in results]
     task_ids = [r.task_id or f"seed-{s}" for r, s in zip(results, seeds)]
     instr = getattr(pool[0], "instruction", "")
-    episodes = tree_episodes(trees, cfg.tree_adv, True, task_ids, list(seeds), instr)
+    episodes = tree_episodes(trees, search_cfg.tree_adv, True, task_ids, list(seeds), instr)
     batch = build_step_batch(episodes, tokenizer.pad_token_id)
     batch.info["temperature"] = cfg.temperature
     rows = [ep.turns[0] for ep in episodes]
@@ -105,7 +113,7 @@ def tree_rollout(
         "episodes": float(n),
         "wall_s": time.perf_counter() - start,
     }
-    meta = {"policy": "lm", "split": split, "mode": "tree", "search": cfg.search_algo}
+    meta = {"policy": "lm", "split": split, "mode": "tree", "search": search_cfg.algo}
     env_id = getattr(pool[0], "env_id", "")
     trajectories = [to_trajectory(ep, env_id, meta) for ep in episodes]
     return RolloutResult(batch=batch, trajectories=trajectories, stats=stats, episodes=episodes)

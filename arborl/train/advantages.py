@@ -4,7 +4,7 @@ The math lives in `arborl.algos`; this module only arranges rows: group estimato
 one score per *trajectory* (its return) with the trajectory's group id, and the result is
 broadcast back to the trajectory's step rows; GiGPO works on rows directly; PPO lays the
 rows of each trajectory out as a (num_traj, max_steps) matrix for step-level GAE over the
-critic's values.
+critic's values. Each `algo.name` has its row arrangement in `ADV_FUNCTIONS`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 
 from arborl import algos
 from arborl.data import Batch
+from arborl.registry import Registry
 
 
 def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
@@ -43,6 +44,11 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
     return torch.as_tensor(counts[inverse], dtype=torch.float32)
 
 
+ADV_FUNCTIONS: Registry = Registry("algo.name", error=ValueError)
+"""`algo.name` -> `fn(batch, rewards, algo, values) -> (adv (R,), returns (R,) | None,
+stats)`: how each estimator's inputs are laid out from step rows."""
+
+
 def compute_advantages(
     batch: Batch, rewards: torch.Tensor, algo, values: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
@@ -50,35 +56,52 @@ def compute_advantages(
 
     rewards: (R,) combined step reward of each row. `algo` is an `AlgoConfig`.
     """
-    name = algo.name
-    stats: dict[str, float] = {}
-    if name == "gigpo":
-        out = algos.gigpo(
-            rewards,
-            batch.meta["traj_id"].tolist(),
-            batch.meta["step"].tolist(),
-            batch.meta["group_id"].tolist(),
-            batch.meta["anchor"].tolist(),
-            gamma=algo.gigpo_gamma,
-            omega=algo.gigpo_omega,
-            norm_by_std=algo.norm_by_std,
-        )
-        stats["adv/step_abs_mean"] = float(out.step_adv.abs().mean())
-        stats["adv/episode_abs_mean"] = float(out.episode_adv.abs().mean())
-        return out.advantages.float(), None, stats
-    if name == "ppo":
-        if values is None:
-            raise ValueError("algo.name='ppo' needs critic values for every step row")
-        return _gae_rows(batch, rewards, values, algo)
-    scores, groups, inverse = trajectory_scores(batch, rewards)
-    fn = algos.get_adv_estimator(name)
-    if name == "grpo":
-        traj_adv = fn(scores, groups.tolist(), norm_by_std=algo.norm_by_std)
-    elif name == "reinforce_pp":
-        traj_adv = fn(scores)
-    else:
-        traj_adv = fn(scores, groups.tolist())
-    return traj_adv.float()[torch.as_tensor(inverse)], None, stats
+    return ADV_FUNCTIONS.get(algo.name)(batch, rewards, algo, values)
+
+
+@ADV_FUNCTIONS.register("gigpo")
+def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+    out = algos.gigpo(
+        rewards,
+        batch.meta["traj_id"].tolist(),
+        batch.meta["step"].tolist(),
+        batch.meta["group_id"].tolist(),
+        batch.meta["anchor"].tolist(),
+        gamma=algo.gigpo_gamma,
+        omega=algo.gigpo_omega,
+        norm_by_std=algo.norm_by_std,
+    )
+    stats = {
+        "adv/step_abs_mean": float(out.step_adv.abs().mean()),
+        "adv/episode_abs_mean": float(out.episode_adv.abs().mean()),
+    }
+    return out.advantages.float(), None, stats
+
+
+@ADV_FUNCTIONS.register("ppo")
+def _ppo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+    if values is None:
+        raise ValueError("algo.name='ppo' needs critic values for every step row")
+    return _gae_rows(batch, rewards, values, algo)
+
+
+def _episode_estimator(name: str, call):
+    """Register a group estimator that scores whole trajectories: `call(fn, scores,
+    groups, algo)` applies the `arborl.algos` estimator `fn`; the (n_traj,) result is
+    broadcast back to each trajectory's step rows."""
+
+    def rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+        scores, groups, inverse = trajectory_scores(batch, rewards)
+        traj_adv = call(algos.get_adv_estimator(name), scores, groups.tolist(), algo)
+        return traj_adv.float()[torch.as_tensor(inverse)], None, {}
+
+    ADV_FUNCTIONS.register(name, rows)
+
+
+_episode_estimator("grpo", lambda fn, s, g, algo: fn(s, g, norm_by_std=algo.norm_by_std))
+_episode_estimator("reinforce_pp", lambda fn, s, g, algo: fn(s))
+for _name in ("drgrpo", "rloo", "reinforce_pp_baseline"):
+    _episode_estimator(_name, lambda fn, s, g, algo: fn(s, g))
 
 
 def _gae_rows(batch: Batch, rewards: torch.Tensor, values: torch.Tensor, algo):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from arborl.agent.config import AgentConfig
 from arborl.config import ConfigError, load_config
 from arborl.rollout.config import RolloutConfig
+from arborl.search.config import SearchConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 """Where group YAML files live in a source checkout (`configs/algo/*.yaml`, ...)."""
@@ -271,6 +272,8 @@ class TrainConfig:
     )
     """How episodes are collected each RL step (16 tasks x 8 episodes: group estimators
     need several episodes of the same task)."""
+    search: SearchConfig = field(default_factory=SearchConfig)
+    """How each task's search tree is grown when `rollout.mode=tree`."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantage estimator and losses."""
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -283,6 +286,9 @@ class TrainConfig:
     """Run length, outputs, checkpoints."""
 
     def validate(self, prefix: str = "config") -> None:
+        from arborl.train.rollout_modes import check_rollout_mode
+
+        check_rollout_mode(self.rollout)
         if self.rollout.view == "episode" and self.agent.memory != "full":
             raise ConfigError(
                 f"rollout.view='episode' needs agent.memory='full', got {self.agent.memory!r}"

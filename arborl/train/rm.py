@@ -6,7 +6,8 @@ Monte-Carlo step labels.
 
 Both trainers are the same loop: AdamW with warm-up and cosine decay, random batches
 drawn with a `torch.Generator` seeded by `cfg.seed`, every record tokenized once up
-front. The ORM step scores the last token of chosen and rejected trajectories in one
+front; the two kinds differ in four functions (read, evaluate, encode, batch), kept per
+kind in the `RM_KINDS` registry. The ORM step scores the last token of chosen and rejected trajectories in one
 forward pass over 2B rows and applies the Bradley-Terry loss (with an optional margin
 proportional to the return gap); the PRM step scores every step end of B trajectories
 against their success rates with soft binary cross-entropy.
@@ -22,12 +23,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from arborl.config import dump_yaml
+from arborl.registry import Registry
 from arborl.rewards.reward_model import (
     RewardModel,
     bradley_terry_loss,
@@ -157,10 +160,7 @@ def plot_calibration(curves: dict[str, list[tuple[float, float]]], path: str | P
 def evaluate_file(model: RewardModel, kind: str, path: str, batch_size: int = 32):
     """`evaluate_pairs` or `evaluate_steps` on the records of `kind` in `path` (one file
     or several, comma-separated)."""
-    records = _load_records(kind, path)
-    if kind == "orm":
-        return evaluate_pairs(model, records, batch_size)
-    return evaluate_steps(model, records, batch_size)
+    return RM_KINDS.get(kind).evaluate(model, _load_records(kind, path), batch_size)
 
 
 # --- training -------------------------------------------------------------------------------
@@ -194,13 +194,16 @@ def _prm_batch(model: RewardModel, enc: list, idx: list[int], cfg: RMTrainConfig
     return loss, {"rm/loss": float(loss.detach()), "rm/batch_step_accuracy": acc}
 
 
-def _encode_records(model: RewardModel, kind: str, records: list) -> list:
+def _encode_pairs(model: RewardModel, records: list) -> list:
+    """Token ids of every pair once up front: (chosen, rejected, margin)."""
+    chosen = model.encode([p.chosen for p in records])
+    rejected = model.encode([p.rejected for p in records])
+    return [(c, r, p.margin) for c, r, p in zip(chosen, rejected, records)]
+
+
+def _encode_steps(model: RewardModel, records: list) -> list:
     """Token ids once up front. A PRM with `max_history_steps` learns each step from its own
     prefix (as it will score it), so its trajectories expand to one sequence per step."""
-    if kind == "orm":
-        chosen = model.encode([p.chosen for p in records])
-        rejected = model.encode([p.rejected for p in records])
-        return [(c, r, p.margin) for c, r, p in zip(chosen, rejected, records)]
     if not model.max_history_steps:
         return list(zip(model.encode([r.trajectory for r in records]), [r.labels for r in records]))
     prefixes = [(q, r.labels[: t + 1]) for r in records
@@ -209,11 +212,32 @@ def _encode_records(model: RewardModel, kind: str, records: list) -> list:
     return list(zip(model.encode([q for q, _ in prefixes]), [lab for _, lab in prefixes]))
 
 
+@dataclass(frozen=True)
+class RMKind:
+    """What differs between an outcome (`orm`) and a process (`prm`) reward model."""
+
+    read: Callable[[str], list]
+    """Records of one file: preference pairs or step labels."""
+    evaluate: Callable[..., dict]
+    """`(model, records, batch_size) -> metrics`."""
+    encode: Callable[[RewardModel, list], list]
+    """Token ids of the records, once before training."""
+    batch: Callable[..., tuple]
+    """`(model, encoded, indices, cfg) -> (loss, stats)` of one training batch."""
+
+
+RM_KINDS: Registry[RMKind] = Registry("kind", error=ValueError)
+"""Reward-model kinds by name (`RMTrainConfig.kind`)."""
+RM_KINDS.register("orm", RMKind(read_pairs, evaluate_pairs, _encode_pairs, _orm_batch))
+RM_KINDS.register("prm", RMKind(read_step_labels, evaluate_steps, _encode_steps, _prm_batch))
+
+
 def _load_records(kind: str, paths: str) -> list:
     """Records of every file in `paths` (comma-separated)."""
+    read = RM_KINDS.get(kind).read
     records = []
     for path in [p.strip() for p in paths.split(",") if p.strip()]:
-        got = read_pairs(path) if kind == "orm" else read_step_labels(path)
+        got = read(path)
         if not got:
             raise ValueError(f"{path} holds no records; make some with `arborl rm data`")
         records += got
@@ -232,8 +256,8 @@ def fit_reward_model(model: RewardModel, records: list, cfg: RMTrainConfig, on_s
         )
     if not records:
         raise ValueError(f"no {cfg.kind} training records; make some with `arborl rm data`")
-    enc = _encode_records(model, cfg.kind, records)
-    step_fn = _orm_batch if cfg.kind == "orm" else _prm_batch
+    rm_kind = RM_KINDS.get(cfg.kind)
+    enc, step_fn = rm_kind.encode(model, records), rm_kind.batch
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.steps))
     gen = torch.Generator().manual_seed(cfg.seed)

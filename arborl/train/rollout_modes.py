@@ -1,13 +1,76 @@
-"""TEMPORARY stand-in (replaced by the registry version on merge)."""
+"""Rollout modes: how one RL step collects its training rows (`rollout.mode`).
+
+A mode is a function with one signature,
+
+    fn(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split) -> RolloutResult
+
+where `rollout_cfg` is the step's `RolloutConfig` (seeded for this step) and `cfg` the whole
+`TrainConfig` (a mode reads `cfg.agent`, and `tree` reads `cfg.search`). The registry lives
+here, above both `arborl.rollout` and `arborl.search`, so that neither has to know the
+other: `flat` is `arborl.rollout.run_rollout`, `tree` is
+`arborl.search.training.tree_rollout`. A new mode is one `ROLLOUT_MODES.register` away.
+
+    res = rollout_step(backend, tokenizer, pool, seeds, rollout_cfg, cfg, cfg.env.train_split)
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
 
-def rollout_step(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split):
+from arborl.registry import Registry
+
+ROLLOUT_MODES: Registry = Registry(
+    "rollout.mode", error=ValueError, message="{what}={name} is not one of: {known}.{hint}"
+)
+"""Rollout mode name -> `fn(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split)`."""
+
+
+@ROLLOUT_MODES.register("flat")
+def flat_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
+    """Independent multi-turn episodes (`arborl.rollout.run_rollout`)."""
     from arborl.rollout import run_rollout
 
-    if cfg.rollout.mode == "tree":
-        from arborl.search.training import tree_rollout
-
-        return tree_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg.agent, split=split)
     return run_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg.agent, split=split)
+
+
+@ROLLOUT_MODES.register("tree")
+def tree_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
+    """One search tree per task, grown by the policy with the `search` section's settings
+    (`arborl.search.training.tree_rollout`); every node is one step-view row."""
+    from arborl.search.training import tree_rollout as grow
+
+    return grow(backend, tokenizer, pool, seeds, rollout_cfg, cfg.search, cfg.agent, split=split)
+
+
+tree_rollout.views = ("step",)  # each node is one decision: one step row, no episode view
+
+
+def check_rollout_mode(rollout_cfg: Any, prefix: str = "rollout") -> None:
+    """Raise `ValueError` if `rollout_cfg.mode` is not a registered mode, or if the mode
+    cannot produce `rollout_cfg.view`."""
+    fn = ROLLOUT_MODES.get(rollout_cfg.mode)
+    views = getattr(fn, "views", None)
+    if views is not None and rollout_cfg.view not in views:
+        raise ValueError(
+            f"{prefix}.mode={rollout_cfg.mode!r} needs view in {list(views)}, got "
+            f"{prefix}.view={rollout_cfg.view!r}; set {prefix}.view={views[0]}"
+        )
+
+
+def rollout_step(
+    backend: Any,
+    tokenizer: Any,
+    pool: Any,
+    seeds: Sequence[int],
+    rollout_cfg: Any,
+    cfg: Any,
+    split: str,
+) -> Any:
+    """One RL step's rollout in mode `cfg.rollout.mode`: a `RolloutResult`.
+
+    rollout_cfg: the step's `RolloutConfig` (e.g. `replace(cfg.rollout, seed=step_seed)`);
+    cfg: the `TrainConfig`; split: the env split the tasks come from."""
+    return ROLLOUT_MODES.get(cfg.rollout.mode)(
+        backend, tokenizer, pool, seeds, rollout_cfg, cfg, split
+    )

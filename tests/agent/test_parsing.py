@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arborl.agent import AgentConfig, parse_action, stop_strings
+from arborl.agent.parsing import ParsedAction
 
 REACT = AgentConfig(action_format="react")
 
@@ -60,3 +61,27 @@ def test_bad_config_names_the_field():
         AgentConfig(memory="lru")
     with pytest.raises(ValueError, match=r"agent\.action_tag"):
         AgentConfig(action_tag="<action>")
+
+
+def test_action_formats_registry_and_react_text():
+    import pytest
+
+    from arborl.agent.config import ACTION_FORMATS
+
+    assert ACTION_FORMATS.names() == ["plain", "react", "react_text"]
+    cfg = AgentConfig(action_format="react_text")
+    assert parse_action("Thought: go\nAction: up", cfg) == ParsedAction("up", True)
+    assert parse_action("no action line", cfg) == ParsedAction("no action line", False)
+    with pytest.raises(ValueError, match=r"agent\.action_format='reakt' is not one of"):
+        AgentConfig(action_format="reakt")
+
+
+def test_summary_fn_entry_point_errors_name_the_field():
+    import pytest
+
+    from arborl.agent.memory import SummaryMemory
+
+    with pytest.raises(ValueError, match=r"agent.summary_fn='no_such_mod_xyz:f': cannot import"):
+        SummaryMemory(AgentConfig(memory="summary", summary_fn="no_such_mod_xyz:f"))
+    mem = SummaryMemory(AgentConfig(memory="summary", summary_fn="os.path:join"))
+    assert mem.fn.__name__ == "join"

@@ -91,3 +91,16 @@ def test_config_needs_a_model_and_configures_a_real_one(tmp_path):
     assert out.shape == (5,) and np.isfinite(out).all()
     assert abs(out[:2].sum()) <= 1.0  # a PRM's rewards sum to the final p in [0, 1]
     assert configure_rm_source(load_train_config([]).reward) is None
+
+
+def test_build_reward_fns_builds_a_fresh_rm_per_run(tmp_path):
+    from arborl.rewards import build_reward_fns
+
+    d = RewardModel.from_spec("tiny-0.1m", "orm", max_length=64).save_pretrained(tmp_path / "m")
+    cfg = load_train_config(["reward.sources.rm=0.5", f"reward.rm_model={d}"])
+    one, two = build_reward_fns(cfg.reward), build_reward_fns(cfg.reward)
+    assert set(one) == {"env", "rm"} and one["rm"] is not two["rm"]
+    assert "rm" not in REWARD_SOURCES  # nothing registered globally
+    fields = rows([traj("a", 2)])
+    total, comps = combine_rewards(fields, cfg.reward.sources, fns=one)
+    assert comps["rm"][0] == 0.0 and 0.0 < comps["rm"][1] <= 0.5  # 0.5 * sigmoid on the last row

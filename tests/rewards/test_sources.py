@@ -92,3 +92,22 @@ def test_potential_source_shapes_by_env_potential():
     total, parts = combine_rewards(fields, {"potential": 0.5})
     np.testing.assert_allclose(total, [0.5, 0.0, 0.5, 0.0])
     np.testing.assert_allclose(parts["potential"], total)
+
+
+def test_per_run_fns_replace_the_registry_and_write_no_global_state():
+    from arborl.rewards import build_reward_fns
+    from arborl.train.config import RewardConfig
+
+    before = list(REWARD_SOURCES)
+    fns = build_reward_fns(RewardConfig(sources={"env": 1.0, "step": 0.5}))
+    assert fns == {"env": get_reward_source("env"), "step": get_reward_source("step")}
+    # A per-run callable is used instead of the registry (here shadowing "env").
+    total, parts = combine_rewards(FIELDS, {"env": 2.0}, fns={"env": lambda f: np.ones(5)})
+    np.testing.assert_allclose(total, [2.0] * 5)
+    with pytest.raises(KeyError, match=r"\['step'\] have weights but no function in fns"):
+        combine_rewards(FIELDS, {"env": 1.0, "step": 1.0}, fns={"env": get_reward_source("env")})
+    with pytest.raises(KeyError, match=r"'rmm'.*Did you mean 'rm'"):
+        build_reward_fns(RewardConfig(sources={"rmm": 1.0}))
+    with pytest.raises(ValueError, match="reward.rm_model is not set"):
+        build_reward_fns(RewardConfig(sources={"rm": 1.0}))
+    assert list(REWARD_SOURCES) == before

@@ -137,11 +137,13 @@ def test_bad_budget_and_names_give_clear_errors():
 
 
 def test_tree_mode_config_is_checked_at_start_up():
-    from arborl.rollout import RolloutConfig
+    from arborl.search.config import SearchConfig
+    from arborl.train.config import load_train_config
 
-    with pytest.raises(ValueError, match=r"rollout.search_algo='mcst' is not one of"):
-        RolloutConfig(mode="tree", search_algo="mcst")
-    with pytest.raises(ValueError, match=r"rollout.tree_adv='gae' is not one of"):
-        RolloutConfig(mode="tree", tree_adv="gae")
+    # The tree settings moved from `rollout.search_*` / `rollout.tree_adv` to `search.*`.
+    with pytest.raises(ValueError, match=r"search.algo='mcst' is not one of"):
+        SearchConfig(algo="mcst")
+    with pytest.raises(ValueError, match=r"search.tree_adv='gae' is not one of"):
+        SearchConfig(tree_adv="gae")
     with pytest.raises(ValueError, match=r"rollout.mode='trees' is not one of"):
-        RolloutConfig(mode="trees")
+        load_train_config(["rollout.mode=trees"])

@@ -119,9 +119,9 @@ def test_train_with_tree_rollouts(tmp_path):
         "rollout.max_turns=4",
         "rollout.max_new_tokens=2",
         "rollout.mode=tree",
-        "rollout.search_algo=tot-bfs",
-        "rollout.search_budget=6",
-        "rollout.search_params={breadth: 2, beam: 1}",
+        "search.algo=tot-bfs",
+        "search.budget=6",
+        "search.params={breadth: 2, beam: 1}",
         "eval.num_episodes=2",
         "trainer.progress=false",
         "trainer.total_steps=2",
@@ -146,20 +146,15 @@ def test_tree_rollout_rows_are_sibling_normalised():
     from arborl.envs import EnvPool
     from arborl.generation import make_backend
     from arborl.rollout import RolloutConfig
+    from arborl.search.config import SearchConfig
     from arborl.search.training import tree_rollout
 
     backend, tok = make_backend("tiny-0.1m", seed=0)
     pool = EnvPool("arborl/Maze-v0", 2, short_actions=True)
-    cfg = RolloutConfig(
-        num_tasks=2,
-        max_new_tokens=2,
-        mode="tree",
-        search_algo="tot-bfs",
-        search_budget=10,
-        search_params={"breadth": 2, "beam": 2},
-    )
+    cfg = RolloutConfig(num_tasks=2, max_new_tokens=2, mode="tree")
+    search = SearchConfig(algo="tot-bfs", budget=10, params={"breadth": 2, "beam": 2})
     agent = AgentConfig(memory="last_k", memory_k=0, include_instruction=False)
-    res = tree_rollout(backend, tok, pool, [1, 2], cfg, agent)
+    res = tree_rollout(backend, tok, pool, [1, 2], cfg, search, agent)
     b = res.batch
     assert len(b) == 20 and b.info["view"] == "step"  # 2 trees x 10 nodes
     groups = defaultdict(list)
