@@ -9,7 +9,7 @@ reward model (`reward_model`), local or behind `arborl rm serve`, built per run 
 """
 
 from arborl.rewards.build import build_reward_fns
-from arborl.rewards.rm_source import RewardModelSource, build_rm_source, configure_rm_source
+from arborl.rewards.rm_source import RewardModelSource, build_rm_source
 from arborl.rewards.shaping import (
     discounted_cumulative_returns,
     episode_potential_shaping,
@@ -33,7 +33,6 @@ __all__ = [
     "build_reward_fns",
     "build_rm_source",
     "combine_rewards",
-    "configure_rm_source",
     "discounted_cumulative_returns",
     "episode_potential_shaping",
     "get_reward_source",

@@ -17,8 +17,7 @@ model (local) or to `arborl rm serve` (URL). What a row gets:
 The source is built per run by `build_rm_source(reward_cfg)` (through
 `arborl.rewards.build_reward_fns`, which the trainer calls at start-up), so two trainers in
 one process can score with two reward models; `RewardConfig` already refuses `rm` without
-`rm_model`. `configure_rm_source` is the old global registration, kept only until
-`arborl.train.rl` and `arborl.distributed.controller` call `build_reward_fns`.
+`rm_model`. Nothing is registered globally.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from arborl.rewards.sources import get_field, register_reward_source
+from arborl.rewards.sources import get_field
 
 RM_FIELDS = {
     "trajectory": "object: the row's episode as a Trajectory (for the rm source).",
@@ -100,18 +99,6 @@ def build_rm_source(reward_cfg: Any) -> RewardModelSource:
 
     scorer = load_scorer(reward_cfg.rm_model, token=reward_cfg.rm_token)
     return RewardModelSource(scorer, batch_size=reward_cfg.rm_batch_size)
-
-
-def configure_rm_source(reward_cfg: Any) -> RewardModelSource | None:
-    """Deprecated: `build_rm_source`, then registered globally as `rm`. Only
-    `arborl.train.rl` and `arborl.distributed.controller` still call it (their
-    `combine_rewards` reads the registry); delete it once they pass
-    `fns=build_reward_fns(cfg.reward)` to `combine_rewards`."""
-    if "rm" not in reward_cfg.sources:
-        return None
-    source = build_rm_source(reward_cfg)
-    register_reward_source("rm", source, overwrite=True)
-    return source
 
 
 def rm_fields(batch: Any, trajectories: Any) -> dict[str, np.ndarray]:

@@ -224,9 +224,11 @@ class TrainerConfig:
     """Write PNG learning curves at the end."""
     progress: bool = True
     """Show the progress bar."""
-    backend: Literal["local", "ray"] = "local"
-    """"local": one process. "ray": a driver that holds no weights dispatches Batches to
-    Ray rollout workers and an FSDP2-sharded train group (docs/distributed.md)."""
+    backend: str = "local"
+    """The engine of the RL loop, a name in `arborl.train.engine.ENGINES`: "local" (one
+    process) or "ray" (a driver that holds no weights dispatches Batches to Ray rollout
+    workers and an FSDP2-sharded train group, docs/distributed.md); engines registered
+    with `ENGINES.register` are accepted too (checked when the trainer is built)."""
     num_train_ranks: int = field(default=1, metadata={"min": 1})
     """backend=ray: ranks of the train group (one torch.distributed process group that
     shards actor, critic and reference with FSDP2; gloo on CPU, NCCL on GPU)."""

@@ -28,9 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from arborl.config import ConfigError
 from arborl.data import write_trajectories
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
-from arborl.rewards import combine_rewards, configure_rm_source
+from arborl.registry import UnknownNameError
+from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
 from arborl.rollout import draw_seeds
 from arborl.train.advantages import compute_advantages, episode_lengths
@@ -54,10 +56,11 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 
 def batch_rewards(
-    batch, num_trajectories: int, sources: dict[str, float], trajectories=None
+    batch, num_trajectories: int, sources: dict[str, float], trajectories=None, fns=None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(R,) combined reward of each step row and the per-source `reward/*` metrics
-    (summed over the batch, per trajectory)."""
+    (summed over the batch, per trajectory). `sources` are the weights, `fns` the run's
+    own source callables (`build_reward_fns`; default: the registry's built-ins)."""
     fields = {
         "env_reward": batch.tensors["step_reward"].numpy(),
         "valid_action": batch.meta["valid_action"].astype(float),
@@ -70,7 +73,7 @@ def batch_rewards(
     }
     if "rm" in sources and trajectories is not None:  # a reward model reads whole episodes
         fields.update(rm_fields(batch, trajectories))
-    total, comps = combine_rewards(fields, sources)
+    total, comps = combine_rewards(fields, sources, fns=fns)
     rewards = torch.as_tensor(total, dtype=torch.float32)
     metrics = {f"reward/{k}": float(v.sum() / max(1, num_trajectories)) for k, v in comps.items()}
     return rewards, metrics
@@ -103,12 +106,15 @@ class RLTrainer:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        engine_cls = ENGINES.get(cfg.trainer.backend)
+        try:
+            engine_cls = ENGINES.get(cfg.trainer.backend)
+        except UnknownNameError as e:  # a config error, reported before any work
+            raise ConfigError(str(e)) from None
         check = getattr(engine_cls, "check_config", None)
         if check is not None:  # an engine's own settings fail before any work
             check(cfg)
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
-        configure_rm_source(cfg.reward)  # loads reward.rm_model when `rm` is a source
+        self.reward_fns = build_reward_fns(cfg.reward)  # loads reward.rm_model for `rm`
         self.engine: Engine = engine_cls(cfg, self.run.path)
         self.kl_ctl = build_kl_controller(cfg)
         self.gen = torch.Generator().manual_seed(cfg.trainer.seed)
@@ -148,7 +154,9 @@ class RLTrainer:
         batch, trajectories = out.batch, out.trajectories
         t_roll = time.perf_counter() - t0
         self.env_steps += len(batch)
-        rewards, metrics = batch_rewards(batch, len(trajectories), c.reward.sources, trajectories)
+        rewards, metrics = batch_rewards(
+            batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
+        )
         temperature = plan.rollout.temperature
         if a.kl_coef > 0:
             batch["ref_logp"] = self.engine.reference_logp(batch, temperature)

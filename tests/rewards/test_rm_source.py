@@ -9,7 +9,7 @@ import pytest
 
 from arborl.config import ConfigError
 from arborl.data.trajectory import Step, Trajectory
-from arborl.rewards import REWARD_SOURCES, combine_rewards, configure_rm_source
+from arborl.rewards import REWARD_SOURCES, build_reward_fns, combine_rewards
 from arborl.rewards.reward_model import RewardModel
 from arborl.rewards.rm_source import RewardModelSource
 from arborl.train.config import load_train_config
@@ -82,20 +82,16 @@ def test_config_needs_a_model_and_configures_a_real_one(tmp_path):
     d = RewardModel.from_spec("tiny-0.1m", "prm", max_length=64).save_pretrained(tmp_path / "m")
     cfg = load_train_config(["reward.sources.rm=0.5", f"reward.rm_model={d}"])
     assert cfg.reward.sources == {"env": 1.0, "rm": 0.5}
-    try:
-        source = configure_rm_source(cfg.reward)
-        assert REWARD_SOURCES["rm"] is source and source.kind == "prm"
-    finally:
-        REWARD_SOURCES.pop("rm")  # the registry is global: leave it as found
+    # Issue 15: the `rm` source is built per run, never registered globally.
+    source = build_reward_fns(cfg.reward)["rm"]
+    assert "rm" not in REWARD_SOURCES and source.kind == "prm"
     out = source(rows([traj("a", 2), traj("b", 3)]))
     assert out.shape == (5,) and np.isfinite(out).all()
     assert abs(out[:2].sum()) <= 1.0  # a PRM's rewards sum to the final p in [0, 1]
-    assert configure_rm_source(load_train_config([]).reward) is None
+    assert "rm" not in build_reward_fns(load_train_config([]).reward)
 
 
 def test_build_reward_fns_builds_a_fresh_rm_per_run(tmp_path):
-    from arborl.rewards import build_reward_fns
-
     d = RewardModel.from_spec("tiny-0.1m", "orm", max_length=64).save_pretrained(tmp_path / "m")
     cfg = load_train_config(["reward.sources.rm=0.5", f"reward.rm_model={d}"])
     one, two = build_reward_fns(cfg.reward), build_reward_fns(cfg.reward)
