@@ -58,7 +58,7 @@ def _rollout_batch(cfg):
     rewards, _ = batch_rewards(res.batch, len(res.trajectories), cfg.reward.sources)
     train, _ = attach_advantages(res.batch, rewards, cfg.algo, None)
     train["adv"] = torch.randn(len(train), generator=torch.Generator().manual_seed(0))
-    from arborl.distributed.controller import ACTOR_KEYS
+    from arborl.train.rl import ACTOR_KEYS
 
     return train.select(*ACTOR_KEYS), model
 
@@ -85,7 +85,7 @@ def _rollout_group(ray, cfg, n: int, state):
 
 
 def bench_rollout(ray, cfg, repeats: int) -> list[dict]:
-    from arborl.distributed.controller import shares
+    from arborl.distributed.engine import shares
     from arborl.distributed.sharding import state_to_numpy
     from arborl.models import load_policy
     from arborl.rollout import draw_seeds
