@@ -296,6 +296,9 @@ def test_a_resumed_run_holds_each_step_once_in_metrics_and_tensorboard(tmp_path)
         first.log(step, {"loss": float(step)})
     first.close()
     run.close()
+    # A resumed run is a new process, seconds later: TensorBoard orders event files by
+    # the time in their names (in one second it would fall back to a counter's text).
+    time.sleep(1.1)
     run = RunDir(tmp_path / "r")
     again = MetricsLogger(run, disable_bar=True)
     again.rewind(3)
