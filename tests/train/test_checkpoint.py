@@ -315,3 +315,27 @@ def test_a_resumed_run_holds_each_step_once_in_metrics_and_tensorboard(tmp_path)
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [
         (1, 1.0), (2, 2.0), (3, 3.0), (4, 14.0), (5, 15.0)
     ]  # fmt: skip
+
+
+def test_a_run_resumes_from_the_older_checkpoint_when_the_newest_weights_are_damaged(tmp_path):
+    from arborl.train.config import load_train_config
+    from arborl.train.rl import RLTrainer
+
+    def cfg(total):
+        return load_train_config([
+            "model.name_or_path=tiny-0.1m", "sft.enabled=false", "rollout.num_tasks=2",
+            "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=4",
+            "eval.num_episodes=2", "eval.every=0", "trainer.progress=false",
+            "trainer.plots=false", "trainer.save_every=1", f"trainer.total_steps={total}",
+            f"trainer.output_dir={tmp_path}", "trainer.name=r", "trainer.resume=auto",
+        ])  # fmt: skip
+
+    RLTrainer(cfg(2)).fit()
+    run = tmp_path / "r"
+    _scribble(run / "checkpoints" / "step-2" / "policy" / "model.safetensors")  # bit rot
+    assert RLTrainer(cfg(3)).fit()["steps"] == 3
+    log = (run / "run.log").read_text()
+    assert "skipping checkpoint" in log and "model.safetensors does not match" in log
+    assert f"resumed from {run.resolve() / 'checkpoints' / 'step-1'} at step 1" in log
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl") if "train/success" in r]
+    assert steps == [1, 2, 3]  # step 2 was replayed and is held once
