@@ -204,7 +204,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     servers = ReplicaSet(args.id, args.replicas, port=args.port, host=args.host,
                          token=args.token, python=ctx["python"], spec=ctx["spec"],
                          idle_timeout_s=args.idle_timeout_s, state_file=state,
-                         log_dir=arborl_home() / "logs" / state.stem)  # fmt: skip
+                         log_dir=arborl_home() / "logs" / state.stem,
+                         max_sessions=args.max_sessions,
+                         call_timeout_s=args.call_timeout_s)  # fmt: skip
     servers.start()
     if servers.num_reaped:
         print(f"reaped {servers.num_reaped} orphaned server(s) of an earlier run")
@@ -300,6 +302,10 @@ def _register_package_commands(sub: argparse._SubParsersAction) -> None:
                    help="bearer token (default $ARBORL_TOKEN, else generated and printed)")  # fmt: skip
     p.add_argument("--idle-timeout-s", type=float, default=600.0,
                    help="close sessions unused this long (default 600)")  # fmt: skip
+    p.add_argument("--max-sessions", type=int, default=4096,
+                   help="open sessions per replica at most; more get 503 (default 4096)")
+    p.add_argument("--call-timeout-s", type=float, default=60.0,
+                   help="per-call deadline; a replica stuck past it is restarted (default 60)")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("dockerfile", help="write a Docker build context that serves the env",
