@@ -55,7 +55,7 @@ def render_error(status: int, kind: str, detail: str) -> dict:
 
 def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
                call_timeout_s: float = 60.0, limits: Limits = Limits()) -> Any:  # fmt: skip
-    """The ASGI app serving `host`'s sessions behind bearer-token auth (`Guard`).
+    """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
 
     A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
     from then on `/health` answers 503 `stuck`, so the supervisor restarts the replica.
@@ -85,6 +85,8 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
 
     app = FastAPI(title=f"arborl env server: {host.env_id}", lifespan=lifespan)
     install_handlers(app, render_error)
+    hint = f" (the server's --token / ${TOKEN_ENV_VAR})"
+    app.add_middleware(Guard, token=token, render=render_error, limits=limits, hint=hint)
 
     @app.exception_handler(HostError)
     async def _host_error(request: Request, e: HostError):
@@ -139,8 +141,7 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
         await body(request)
         return await bounded(host.delete, sid)
 
-    hint = f" (the server's --token / ${TOKEN_ENV_VAR})"
-    return Guard(app, token, render_error, limits, hint=hint)
+    return app
 
 
 def _watch_parent(parent_pid: int) -> None:
