@@ -159,7 +159,8 @@ def create_app(
     max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
     vocab = len(tokenizer)
     install_handlers(app, render_error)
-    app.add_middleware(Guard, token=api_key, render=render_error, limits=limits)
+    app.add_middleware(Guard, token=api_key, render=render_error, limits=limits,
+                       auth_kind="authentication_error")
 
     @app.exception_handler(APIError)
     def _api_error(_request: Request, exc: APIError) -> JSONResponse:

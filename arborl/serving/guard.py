@@ -22,9 +22,10 @@ class Guard:
     """Wrap ASGI `app`: auth (when `token`), body size and JSON depth, open `open_paths`."""
 
     def __init__(self, app: Any, token: str | None, render: Render, limits: Limits = Limits(),
-                 open_paths: tuple[str, ...] = ("/health",), hint: str = "") -> None:  # fmt: skip
+                 open_paths: tuple[str, ...] = ("/health",), hint: str = "",
+                 auth_kind: str = "unauthorized") -> None:  # fmt: skip
         self.app, self.token, self.render, self.limits = app, token, render, limits
-        self.open_paths, self.hint = open_paths, hint
+        self.open_paths, self.hint, self.auth_kind = open_paths, hint, auth_kind
 
     async def _send_error(self, send: Any, status: int, kind: str, message: str) -> None:
         body = json.dumps(self.render(status, kind, message)).encode()
@@ -43,7 +44,7 @@ class Guard:
         if self.token and scope["path"] not in self.open_paths:
             if not bearer_ok(headers.get("authorization"), self.token):
                 msg = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
-                await self._send_error(send, 401, "unauthorized", msg + self.hint)
+                await self._send_error(send, 401, self.auth_kind, msg + self.hint)
                 return
         limit = self.limits.max_body_bytes
         length = headers.get("content-length", "")

@@ -203,6 +203,7 @@ def test_sigkill_of_env_serve_leaves_no_replica(tmp_path):
            "--replicas", "2"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)  # fmt: skip
+    children: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -218,7 +219,7 @@ def test_sigkill_of_env_serve_leaves_no_replica(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for c in children if "children" in locals() else []:
+        for c in children:
             if c.is_running():
                 c.kill()
         proc.stdout.close()
