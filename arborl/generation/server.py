@@ -22,6 +22,7 @@ Design choices:
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
@@ -98,6 +99,15 @@ def _pieces(tokenizer: PreTrainedTokenizerBase, ids: list[int], text: str, skip:
         prev = max(prev, cur)
 
 
+MIN_TEMPERATURE = 1e-4
+"""Temperatures below this sample greedily (dividing logits by less overflows)."""
+
+
+def _finite(values: list[float]) -> list[float | None]:
+    """Logprobs as JSON allows them: -inf (a token of probability 0) becomes None."""
+    return [v if math.isfinite(v) else None for v in values]
+
+
 def render_error(status: int, kind: str, message: str) -> dict:
     """The OpenAI-style error body."""
     return {"error": {"message": message, "type": kind, "code": status}}
@@ -159,8 +169,9 @@ def create_app(
     max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
     vocab = len(tokenizer)
     install_handlers(app, render_error)
-    app.add_middleware(Guard, token=api_key, render=render_error, limits=limits,
-                       auth_kind="authentication_error")
+    app.add_middleware(
+        Guard, token=api_key, render=render_error, limits=limits, auth_kind="authentication_error"
+    )
 
     @app.exception_handler(APIError)
     def _api_error(_request: Request, exc: APIError) -> JSONResponse:
@@ -178,7 +189,8 @@ def create_app(
         _check_limits(prompts, req, max_tokens, vocab, max_tokens_limit, max_rows)
         params = SamplingParams(
             max_new_tokens=max_tokens,
-            temperature=req.temperature,
+            # A subnormal temperature overflows logits / T to inf (NaN logprobs): greedy.
+            temperature=req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0,
             top_p=req.top_p,
             top_k=req.top_k,
             stop=stops,
@@ -224,7 +236,7 @@ def create_app(
             for i, p in enumerate(prompt)
         ]
         stops = _stops(req.stop)
-        outs = run(prompts, req, req.max_tokens or 16, stops)
+        outs = run(prompts, req, req.max_tokens or min(16, max_tokens_limit), stops)
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         choices = []
         for i, c in enumerate(outs):
@@ -235,7 +247,7 @@ def create_app(
                 offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
                 logprobs = {
                     "tokens": pieces,
-                    "token_logprobs": c.logprobs,
+                    "token_logprobs": _finite(c.logprobs),
                     "top_logprobs": None,
                     "text_offset": offsets,
                 }
@@ -269,7 +281,12 @@ def create_app(
         prompts = [_encode(tokenizer, text, "messages")]
         stops = _stops(req.stop)
         outs = run(
-            prompts, req, req.max_completion_tokens or req.max_tokens or default_max_tokens, stops
+            prompts,
+            req,
+            req.max_completion_tokens
+            or req.max_tokens
+            or min(default_max_tokens, max_tokens_limit),
+            stops,
         )
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         base = {"id": rid, "object": "chat.completion", "created": now, "model": model_name}
@@ -291,7 +308,7 @@ def create_app(
                 logprobs = {
                     "content": [
                         {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
-                        for s, lp in zip(toks, c.logprobs)
+                        for s, lp in zip(toks, _finite(c.logprobs))
                     ]
                 }
             choices.append(

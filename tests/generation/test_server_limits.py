@@ -90,3 +90,13 @@ def test_serve_refuses_a_public_host_without_a_key_and_warns_on_loopback():
         proc.kill()
         proc.wait(timeout=20)
         proc.stderr.close()
+
+
+def test_subnormal_temperature_with_logprobs_is_not_a_500(server_url):
+    # Found by tests/serving/test_fuzz.py: T=2.2e-311 overflowed logits / T, and the NaN
+    # logprobs could not be written as JSON.
+    r = _post(server_url, '{"prompt": "0", "temperature": 2.225073858507e-311, "logprobs": 0, '
+              '"max_tokens": 3}')
+    assert r.status_code == 200, r.text
+    lps = r.json()["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(lps) >= 1 and all(v is None or v <= 0 for v in lps)
