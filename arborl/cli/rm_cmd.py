@@ -312,10 +312,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model-name", default=None, help="name reported by /v1/info (default MODEL)")
     p.add_argument("--max-trajectories", type=int, default=1024,
                    help="most trajectories per request (more: HTTP 413)")  # fmt: skip
-    p.add_argument("--max-steps", type=int, default=256,
-                   help="most steps per trajectory (more: HTTP 413; default 256)")
-    p.add_argument("--max-chars", type=int, default=1_000_000,
-                   help="most characters of text per request (more: HTTP 413)")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=256,
+        help="most steps per trajectory (more: HTTP 413; default 256)",
+    )
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=1_000_000,
+        help="most characters of text per request (more: HTTP 413)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="trajectories per forward pass")
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")

@@ -31,10 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' "
                    f"(default ${API_KEY_ENV}, else --api-key-file; a flag shows in ps)")  # fmt: skip
     p.add_argument("--api-key-file", default=None, help="read the API key from this file")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="largest max_tokens a request may ask for (default: the model context)")
-    p.add_argument("--max-rows", type=int, default=256,
-                   help="largest prompts x n in one request (default 256)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="largest max_tokens a request may ask for (default: the model context)",
+    )
+    p.add_argument(
+        "--max-rows", type=int, default=256, help="largest prompts x n in one request (default 256)"
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")

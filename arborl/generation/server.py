@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
-from arborl.serving import Guard, Limits, install_handlers
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers
 
 MAX_ROWS = 256
 """Default cap on prompts x n in one request (each row is a sequence generated)."""
@@ -139,7 +139,7 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str, where: str) -> list[i
         return tokenizer.encode(text, add_special_tokens=False)
     except (UnicodeEncodeError, TypeError, ValueError) as e:
         raise APIError(400, f"{where} is not valid text (UTF-8 only, no lone surrogates): "
-                       f"{type(e).__name__}")  # fmt: skip
+                       f"{type(e).__name__}") from e  # fmt: skip
 
 
 def _sse(obj: dict | str) -> str:
@@ -154,7 +154,7 @@ def create_app(
     default_max_tokens: int = 256,
     max_tokens_limit: int | None = None,
     max_rows: int = MAX_ROWS,
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FastAPI:
     """Build the FastAPI app serving `backend` under the model id `model_name`.
 

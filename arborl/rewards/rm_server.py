@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from arborl.data.trajectory import Trajectory
-from arborl.serving import Guard, Limits, install_handlers, resolve_key
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, resolve_key
 
 TOKEN_ENV = "ARBORL_TOKEN"
 """Environment variable holding the bearer token when `--token` is not given."""
@@ -110,7 +110,7 @@ def create_app(
     batch_size: int = 32,
     max_steps: int = 256,
     max_chars: int = 1_000_000,
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FastAPI:
     """The FastAPI app scoring with `model` (a `RewardModel`); `token` is required."""
     if not token:
@@ -118,8 +118,9 @@ def create_app(
     app = FastAPI(title="arborl rm serve", version="1")
     lock = threading.Lock()
     install_handlers(app, render_error)
-    app.add_middleware(Guard, token=token, render=render_error, limits=limits,
-                       auth_kind="authentication_error")
+    app.add_middleware(
+        Guard, token=token, render=render_error, limits=limits, auth_kind="authentication_error"
+    )
 
     @app.exception_handler(RMServerError)
     def _own(_r: Request, e: RMServerError) -> JSONResponse:

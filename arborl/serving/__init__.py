@@ -10,6 +10,7 @@ the layering and every server may import it; see docs/security.md.
 """
 
 from arborl.serving.auth import (
+    DEFAULT_LIMITS,
     Limits,
     bearer_ok,
     check_bind,
@@ -19,4 +20,14 @@ from arborl.serving.auth import (
 )
 from arborl.serving.guard import Guard, install_handlers
 
-__all__ = ["Guard", "install_handlers", "Limits", "bearer_ok", "check_bind", "is_loopback", "json_depth", "resolve_key"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Guard",
+    "install_handlers",
+    "Limits",
+    "bearer_ok",
+    "check_bind",
+    "is_loopback",
+    "json_depth",
+    "resolve_key",
+]

@@ -25,6 +25,9 @@ class Limits:
     """Deepest nesting of JSON arrays/objects in a body; deeper gets 400 before parsing."""
 
 
+DEFAULT_LIMITS = Limits()
+
+
 def bearer_ok(header: str | None, token: str) -> bool:
     """True when `header` is `Bearer <token>` (scheme in any case, one space)."""
     scheme, _, credential = (header or "").rstrip().partition(" ")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from arborl.serving.auth import Limits, bearer_ok, json_depth
+from arborl.serving.auth import DEFAULT_LIMITS, Limits, bearer_ok, json_depth
 
 Render = Callable[[int, str, str], dict]
 
@@ -21,7 +21,7 @@ Render = Callable[[int, str, str], dict]
 class Guard:
     """Wrap ASGI `app`: auth (when `token`), body size and JSON depth, open `open_paths`."""
 
-    def __init__(self, app: Any, token: str | None, render: Render, limits: Limits = Limits(),
+    def __init__(self, app: Any, token: str | None, render: Render, limits: Limits = DEFAULT_LIMITS,
                  open_paths: tuple[str, ...] = ("/health",), hint: str = "",
                  auth_kind: str = "unauthorized") -> None:  # fmt: skip
         self.app, self.token, self.render, self.limits = app, token, render, limits

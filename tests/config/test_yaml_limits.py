@@ -64,7 +64,9 @@ def yaml_documents(draw) -> str:
         key = draw(_KEYS)
         indent = "  " * min(depth, draw(st.integers(0, depth)))
         if anchors and draw(st.booleans()):
-            refs = ", ".join(f"*{draw(st.sampled_from(anchors))}" for _ in range(draw(st.integers(1, 9))))
+            refs = ", ".join(
+                f"*{draw(st.sampled_from(anchors))}" for _ in range(draw(st.integers(1, 9)))
+            )
             value = f"[{refs}]"
         else:
             value = repr(draw(_SCALARS)) if draw(st.booleans()) else f"[{draw(_SCALARS)!r}]"

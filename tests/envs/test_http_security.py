@@ -125,12 +125,12 @@ def test_sweeper_and_delete_never_wait_on_a_busy_session():
     worker.start()
     try:
         time.sleep(0.2)
-        assert host.oldest_call_s() > 0.1
         swept = []
         sweeper = threading.Thread(target=lambda: swept.append(host.sweep_idle(0.0)))
         sweeper.start()
         sweeper.join(timeout=3)
         assert not sweeper.is_alive() and swept == [3]
+        assert host.oldest_call_s() > 0.1
         assert set(host.sessions) == {busy}  # the busy one is not idle
         t0 = time.monotonic()
         assert host.delete(busy) == {"deleted": busy}

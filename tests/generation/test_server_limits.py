@@ -80,7 +80,12 @@ def _serve(*flags: str, env: dict | None = None) -> subprocess.Popen:
 
 def test_serve_refuses_a_public_host_without_a_key_and_warns_on_loopback():
     proc = _serve("--host", "0.0.0.0")
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the old code served on 0.0.0.0 without a key
+            proc.kill()
+            proc.communicate()
     assert proc.returncode != 0 and "--api-key" in err and "0.0.0.0" in err
     proc = _serve()
     try:
@@ -95,8 +100,10 @@ def test_serve_refuses_a_public_host_without_a_key_and_warns_on_loopback():
 def test_subnormal_temperature_with_logprobs_is_not_a_500(server_url):
     # Found by tests/serving/test_fuzz.py: T=2.2e-311 overflowed logits / T, and the NaN
     # logprobs could not be written as JSON.
-    r = _post(server_url, '{"prompt": "0", "temperature": 2.225073858507e-311, "logprobs": 0, '
-              '"max_tokens": 3}')
+    r = _post(
+        server_url,
+        '{"prompt": "0", "temperature": 2.225073858507e-311, "logprobs": 0, "max_tokens": 3}',
+    )
     assert r.status_code == 200, r.text
     lps = r.json()["choices"][0]["logprobs"]["token_logprobs"]
     assert len(lps) >= 1 and all(v is None or v <= 0 for v in lps)

@@ -31,8 +31,11 @@ ENV_BODIES = {  # the env server reads its bodies by hand: the REST contract's f
         "options": {"type": "object", "properties": {"split": _STR}}, "snapshot": _STR}},
     "/sessions/{sid}": {"type": "object", "properties": {}},
 }  # fmt: skip
-STEP = {"type": "object", "required": ["observation", "action"],
-        "properties": {"observation": _STR, "action": _STR}}
+STEP = {
+    "type": "object",
+    "required": ["observation", "action"],
+    "properties": {"observation": _STR, "action": _STR},
+}
 TRAJECTORY = {"type": "object", "required": ["task_id", "env_id", "steps"], "properties": {
     "task_id": _STR, "env_id": _STR, "steps": {"type": "array", "items": STEP, "minItems": 1},
     "meta": {"type": "object"}, "instruction": _STR}}  # fmt: skip
@@ -121,4 +124,3 @@ def test_fuzz_rm_server():
     me = psutil.Process()
     with serve_in_thread(app) as url:
         _fuzz(url, lambda: me.memory_info().rss, lambda client: "unused", {"/v1/score": score})
-

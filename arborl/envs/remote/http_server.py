@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from arborl.envs.remote.host import EnvHost, HostError
-from arborl.serving import Guard, Limits, install_handlers, resolve_key
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, resolve_key
 
 TOKEN_ENV_VAR = "ARBORL_TOKEN"
 SECRET_ENV_VAR = "ARBORL_SNAPSHOT_SECRET"
@@ -54,7 +54,7 @@ def render_error(status: int, kind: str, detail: str) -> dict:
 
 
 def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
-               call_timeout_s: float = 60.0, limits: Limits = Limits()) -> Any:  # fmt: skip
+               call_timeout_s: float = 60.0, limits: Limits = DEFAULT_LIMITS) -> Any:  # fmt: skip
     """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
 
     A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
@@ -109,7 +109,7 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
     async def bounded(fn: Any, *args: Any) -> Any:
         try:
             return await asyncio.wait_for(run_in_threadpool(fn, *args), call_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise HostError(504, "deadline", f"the env call ran past this server's deadline of "
                             f"{call_timeout_s:g}s (--call-timeout-s); the replica will be "
                             "restarted") from None  # fmt: skip
@@ -165,12 +165,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--call-timeout-s", type=float, default=60.0,
                    help="per-call deadline; a call past it gets 504 and /health turns 503 "
                    "(default 60)")  # fmt: skip
-    p.add_argument("--max-kwarg-int", type=int, default=256,
-                   help="largest integer accepted in env kwargs, e.g. a grid size (default 256)")
-    p.add_argument("--max-body-bytes", type=int, default=Limits.max_body_bytes,
-                   help=f"largest request body (default {Limits.max_body_bytes})")
-    p.add_argument("--max-json-depth", type=int, default=Limits.max_json_depth,
-                   help=f"deepest JSON nesting in a body (default {Limits.max_json_depth})")
+    p.add_argument(
+        "--max-kwarg-int",
+        type=int,
+        default=256,
+        help="largest integer accepted in env kwargs, e.g. a grid size (default 256)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=Limits.max_body_bytes,
+        help=f"largest request body (default {Limits.max_body_bytes})",
+    )
+    p.add_argument(
+        "--max-json-depth",
+        type=int,
+        default=Limits.max_json_depth,
+        help=f"deepest JSON nesting in a body (default {Limits.max_json_depth})",
+    )
     p.add_argument("--idle-timeout-s", type=float, default=600.0,
                    help="close sessions unused this long (default 600)")  # fmt: skip
     p.add_argument(

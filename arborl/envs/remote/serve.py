@@ -220,7 +220,12 @@ class ReplicaSet:
         while not self._stop.wait(0.2):
             tick += 1
             for r in self.replicas:
-                if tick % 5 == 0 and r.proc is not None and r.proc.poll() is None and self._stuck(r):
+                if (
+                    tick % 5 == 0
+                    and r.proc is not None
+                    and r.proc.poll() is None
+                    and self._stuck(r)
+                ):
                     print(f"arborl env serve: replica on port {r.port} is stuck past its "
                           f"{self.call_timeout_s:g}s deadline; restarting it", file=sys.stderr)  # fmt: skip
                     r.proc.kill()
