@@ -24,28 +24,12 @@ from arborl.envs.remote.host import EnvHost
 from arborl.envs.remote.serve import ReplicaSet
 from arborl.envs.remote.subproc import SubprocessTransport
 from tests.envs import _slow_env
+from tests.envs import test_http_server as base
+from tests.envs.test_http_server import AUTH, TOKEN, _session
 
-TOKEN = "shared-client-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+server, client = base.server, base.client  # the same live server fixtures (127.0.0.1)
+
 SLOW_SPEC = {"id": "test/Slow-v0", "entry_point": "tests.envs._slow_env:SlowEnv"}
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReplicaSet("arborl/Maze-v0", 1, token=TOKEN) as rs:
-        yield rs
-
-
-@pytest.fixture
-def client(server):
-    with httpx.Client(base_url=server.urls[0], timeout=10.0) as c:
-        yield c
-
-
-def _session(client, **kwargs) -> str:
-    r = client.post("/sessions", json=kwargs, headers=AUTH)
-    assert r.status_code == 200, r.text
-    return r.json()["session_id"]
 
 
 class _Marker:
