@@ -107,3 +107,17 @@ def test_subnormal_temperature_with_logprobs_is_not_a_500(server_url):
     assert r.status_code == 200, r.text
     lps = r.json()["choices"][0]["logprobs"]["token_logprobs"]
     assert len(lps) >= 1 and all(v is None or v <= 0 for v in lps)
+
+
+def test_a_forged_pickle_body_runs_nothing(server_url, tmp_path):
+    # Requirement 2: nothing a client sends is unpickled; a pickle body is just bad JSON.
+    import base64
+    import pickle
+
+    from tests.envs.test_http_security import _Marker
+
+    marker = tmp_path / "RAN"
+    blob = pickle.dumps(_Marker(str(marker)))
+    for body in (blob, f'{{"prompt": "{base64.b64encode(blob).decode()}", "max_tokens": 1}}'):
+        assert _post(server_url, body).status_code in (200, 400, 422)
+    assert _post(server_url, blob).status_code in (400, 422) and not marker.exists()

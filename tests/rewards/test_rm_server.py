@@ -138,3 +138,19 @@ def test_limits_and_bad_records_are_4xx_before_scoring(server):
     # Auth before the body: an unauthenticated malformed body is 401, not 422.
     assert httpx.post(url + "/v1/score", content=b"{nope").status_code == 401
     assert httpx.get(url + "/openapi.json").status_code == 401
+
+
+def test_a_forged_pickle_body_runs_nothing(server, tmp_path):
+    # Requirement 2: the rm server never unpickles what a client sends.
+    import pickle
+
+    from tests.envs.test_http_security import _Marker
+
+    url, token, _ = server
+    marker = tmp_path / "RAN"
+    blob = pickle.dumps(_Marker(str(marker)))
+    auth = {"Authorization": f"Bearer {token}"}
+    for ctype in ("application/json", "application/octet-stream", "application/x-pickle"):
+        r = httpx.post(url + "/v1/score", content=blob, headers={**auth, "Content-Type": ctype})
+        assert r.status_code in (400, 422), r.text
+    assert not marker.exists()
