@@ -116,6 +116,8 @@ class ReplicaSet:
         self.env_id, self.host, self.python, self.spec = env_id, host, python, spec
         self.token = token or os.environ.get(TOKEN_ENV_VAR) or secrets.token_urlsafe(24)
         self.token_generated = not (token or os.environ.get(TOKEN_ENV_VAR))
+        # Replicas always exit with their supervisor now (no orphans, issue 19); the flag
+        # is kept so existing callers still work.
         self.idle_timeout_s, self.exit_with_parent = idle_timeout_s, exit_with_parent
         self.state_file, self.health_timeout_s = state_file, health_timeout_s
         self.max_restarts, self.max_sessions = max_restarts, max_sessions
