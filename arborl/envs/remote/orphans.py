@@ -6,6 +6,10 @@ even when the supervisor is killed with SIGKILL; then it checks the parent is st
 that started it (`ARBORL_PARENT_PID`), since the parent may have died before the prctl.
 Elsewhere, and as a second line on Linux, callers also poll `os.getppid()` (the HTTP
 server's `--exit-with-parent` watchdog; a stdio worker sees end of input).
+
+Linux sends the signal when the *thread* that forked the child ends, not only the
+process: arborl starts workers and replicas from long-lived threads (the caller's main
+thread, or `ReplicaSet`'s monitor, which lives until `stop()`), never from short-lived ones.
 """
 
 from __future__ import annotations
