@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     # 1: the bottom packages of ARCHITECTURE.md.
     "arborl.algos": 1,
     "arborl.data": 1,
+    "arborl.serving": 1,  # the servers' shared auth/limits/error layer, stdlib (+ lazy fastapi)
     # 2
     "arborl.envs": 2,
     "arborl.models": 2,

@@ -204,7 +204,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     servers = ReplicaSet(args.id, args.replicas, port=args.port, host=args.host,
                          token=args.token, python=ctx["python"], spec=ctx["spec"],
                          idle_timeout_s=args.idle_timeout_s, state_file=state,
-                         log_dir=arborl_home() / "logs" / state.stem)  # fmt: skip
+                         log_dir=arborl_home() / "logs" / state.stem,
+                         max_sessions=args.max_sessions,
+                         call_timeout_s=args.call_timeout_s)  # fmt: skip
     servers.start()
     if servers.num_reaped:
         print(f"reaped {servers.num_reaped} orphaned server(s) of an earlier run")
@@ -276,20 +278,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _register_package_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("add", help="register an env package (a folder with arborl-env.toml)",
                        description="Register an env package in the user registry "
-                       "(ARBORL_HOME, default ~/.local/share/arborl).")  # fmt: skip
+                       "(ARBORL_HOME, default ~/.local/share/arborl). A package is trusted "
+                       "code: its setup script and entry point run as you. Paths in the "
+                       "manifest must stay inside the package folder.")  # fmt: skip
     p.add_argument("path", help="the package folder (or its manifest file)")
     p.set_defaults(func=_cmd_add)
 
     p = sub.add_parser("setup", help="build a package's isolated interpreter",
                        description="Create the env's venv or conda env, install its "
-                       "dependencies, run its setup script (idempotent).")  # fmt: skip
+                       "dependencies, run its setup script (idempotent). The setup script "
+                       "is trusted code run as the current user.")  # fmt: skip
     p.add_argument("id", help="env id (or package name) of a registered package")
     p.add_argument("--force", action="store_true", help="rebuild even if already set up")
     p.set_defaults(func=_cmd_setup)
 
     p = sub.add_parser("serve", help="run HTTP env servers with health checks and restarts",
-                       description="Start N env servers, restart crashed ones, stop all "
-                       "on Ctrl-C/SIGTERM.")  # fmt: skip
+                       description="Start N env servers, restart crashed or stuck ones, "
+                       "stop all on Ctrl-C/SIGTERM; they also exit if this process is "
+                       "killed. The env's entry point is trusted code; clients only hold "
+                       "the token. See docs/security.md.")  # fmt: skip
     p.add_argument("id", help="env id (a package env or any registered env)")
     p.add_argument("--replicas", type=int, default=1, help="number of servers (default 1)")
     p.add_argument("--port", type=int, default=0,
@@ -300,6 +307,18 @@ def _register_package_commands(sub: argparse._SubParsersAction) -> None:
                    help="bearer token (default $ARBORL_TOKEN, else generated and printed)")  # fmt: skip
     p.add_argument("--idle-timeout-s", type=float, default=600.0,
                    help="close sessions unused this long (default 600)")  # fmt: skip
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=4096,
+        help="open sessions per replica at most; more get 503 (default 4096)",
+    )
+    p.add_argument(
+        "--call-timeout-s",
+        type=float,
+        default=60.0,
+        help="per-call deadline; a replica stuck past it is restarted (default 60)",
+    )
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("dockerfile", help="write a Docker build context that serves the env",

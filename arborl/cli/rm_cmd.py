@@ -182,10 +182,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from arborl.rewards.rm_server import TOKEN_ENV, create_app, resolve_token
 
     torch.set_num_threads(args.num_threads)
-    token, generated = resolve_token(args.token)
+    token, generated = resolve_token(args.token, args.token_file)
     model = RewardModel.from_pretrained(args.model)
     app = create_app(model, token, args.model_name or args.model, args.max_trajectories,
-                     args.batch_size)  # fmt: skip
+                     args.batch_size, args.max_steps, args.max_chars)  # fmt: skip
     if generated:
         print(f"no --token or {TOKEN_ENV} given; generated token: {token}", flush=True)
         print(f"clients: export {TOKEN_ENV}={token}", flush=True)
@@ -306,10 +306,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8600, help="TCP port (default 8600)")
     p.add_argument("--token", default=None,
-                   help="bearer token clients must send (default: $ARBORL_TOKEN, else generated)")  # fmt: skip
+                   help="bearer token clients must send (default: $ARBORL_TOKEN, else "
+                   "--token-file, else generated); a flag shows in ps")  # fmt: skip
+    p.add_argument("--token-file", default=None, help="read the bearer token from this file")
     p.add_argument("--model-name", default=None, help="name reported by /v1/info (default MODEL)")
     p.add_argument("--max-trajectories", type=int, default=1024,
                    help="most trajectories per request (more: HTTP 413)")  # fmt: skip
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=256,
+        help="most steps per trajectory (more: HTTP 413; default 256)",
+    )
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=1_000_000,
+        help="most characters of text per request (more: HTTP 413)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="trajectories per forward pass")
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")

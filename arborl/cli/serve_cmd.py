@@ -4,12 +4,18 @@
     curl http://127.0.0.1:8000/v1/completions -d '{"prompt": "hi", "max_tokens": 8}' \
         -H 'Content-Type: application/json'
 
-Binds to 127.0.0.1 unless told otherwise, since the server has no rate limiting.
+Binds to 127.0.0.1 unless told otherwise, since the server has no rate limiting. The key
+comes from `--api-key`, else `$ARBORL_API_KEY`, else `--api-key-file` (the last two stay out
+of `ps`); without one every route is open, which is printed loudly, and a non-loopback
+`--host` is refused. See docs/security.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+API_KEY_ENV = "ARBORL_API_KEY"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +28,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", help="HF checkpoint directory or preset name (e.g. tiny-1m)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' "
+                   f"(default ${API_KEY_ENV}, else --api-key-file; a flag shows in ps)")  # fmt: skip
+    p.add_argument("--api-key-file", default=None, help="read the API key from this file")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="largest max_tokens a request may ask for (default: the model context)",
+    )
+    p.add_argument(
+        "--max-rows", type=int, default=256, help="largest prompts x n in one request (default 256)"
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
@@ -34,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arborl.serving import check_bind, resolve_key
+
+    key, _ = resolve_key(args.api_key, API_KEY_ENV, args.api_key_file)
+    check_bind(args.host, key, "--api-key")
+    if not key:
+        print(f"WARNING: arborl serve has no API key: every route on {args.host}:{args.port} "
+              f"is open to any local user; set ${API_KEY_ENV} or --api-key-file "
+              "(docs/security.md)", file=sys.stderr, flush=True)  # fmt: skip
     import uvicorn
 
     from arborl.generation.registry import make_backend
@@ -47,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_batch_size=args.max_batch_size,
     )
-    app = create_app(backend, tokenizer, args.model_name or args.checkpoint, api_key=args.api_key)
+    app = create_app(backend, tokenizer, args.model_name or args.checkpoint, api_key=key,
+                     max_tokens_limit=args.max_tokens, max_rows=args.max_rows)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

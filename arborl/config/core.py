@@ -26,6 +26,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
+from arborl.config.yamlsafe import load_yaml, read_text
+
 T = TypeVar("T")
 
 
@@ -283,9 +285,11 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 def _read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(read_text(path), str(path)) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    except ValueError as e:  # alias bomb, duplicate key, not UTF-8
+        raise ConfigError(str(e)) from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
     return data

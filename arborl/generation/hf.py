@@ -231,7 +231,10 @@ class HFBackend:
         base_seed = params.seed
         if base_seed is None:
             base_seed = int(torch.randint(2**62, (1,), generator=self._generator))
-        uniforms = row_uniforms(base_seed, len(prompts), params.max_new_tokens)
+        # Never more columns than any row can use: a huge max_new_tokens must not allocate
+        # rows x max_new_tokens floats before the per-row clamp to the model length.
+        width = min(params.max_new_tokens, self.max_length - min(map(len, prompts), default=0))
+        uniforms = row_uniforms(base_seed, len(prompts), width)
         # Similar lengths together means less padding; results go back in input order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)

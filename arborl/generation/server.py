@@ -9,6 +9,11 @@ Design choices:
   `n > 1`) is one batched `generate` call, which is how rollouts should call it.
 * Streaming is post-hoc: the completion is generated whole, then sent as one SSE chunk per
   token. Clients see the streaming protocol; time-to-first-token is the full latency.
+* Bounded: `max_tokens` (at most the model's context, `max_tokens_limit`), rows
+  (prompts x n, `max_rows`) and prompt token ids (in the vocabulary, shorter than the
+  context) are checked before any work, each failure a 400 naming the field, the value and
+  the limit. Auth, body size and JSON depth are the shared `arborl.serving.Guard`; without
+  a key every route is open, which `arborl serve` warns about (and refuses off loopback).
 * Two vLLM extensions: `skip_special_tokens` (default true) and
   `include_stop_str_in_output` (default false), which `OpenAIBackend` sets to get text
   that re-encodes to exactly the generated token ids; plus `top_k`.
@@ -17,18 +22,23 @@ Design choices:
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers
+
+MAX_ROWS = 256
+"""Default cap on prompts x n in one request (each row is a sequence generated)."""
 
 
 class _Base(BaseModel):
@@ -36,8 +46,8 @@ class _Base(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    temperature: float = Field(default=1.0, ge=0, le=1e4, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
     top_k: int = Field(default=0, ge=0)
     n: int = Field(default=1, ge=1, le=128)
     stop: str | list[str] | None = None
@@ -89,6 +99,49 @@ def _pieces(tokenizer: PreTrainedTokenizerBase, ids: list[int], text: str, skip:
         prev = max(prev, cur)
 
 
+MIN_TEMPERATURE = 1e-4
+"""Temperatures below this sample greedily (dividing logits by less overflows)."""
+
+
+def _finite(values: list[float]) -> list[float | None]:
+    """Logprobs as JSON allows them: -inf (a token of probability 0) becomes None."""
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def render_error(status: int, kind: str, message: str) -> dict:
+    """The OpenAI-style error body."""
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def _check_limits(prompts: list[list[int]], req: _Base, max_tokens: int, vocab: int,
+                  max_tokens_limit: int, max_rows: int) -> None:  # fmt: skip
+    """400 naming the field, value and limit for anything that sizes work too much."""
+    if max_tokens > max_tokens_limit:
+        raise APIError(400, f"max_tokens={max_tokens} is over this server's limit of "
+                       f"{max_tokens_limit} (the model context; `arborl serve --max-tokens`); "
+                       "ask for fewer")  # fmt: skip
+    if len(prompts) * req.n > max_rows:
+        raise APIError(400, f"{len(prompts)} prompt(s) x n={req.n} = {len(prompts) * req.n} "
+                       f"sequences; the limit is {max_rows} (`arborl serve --max-rows`)")  # fmt: skip
+    for i, p in enumerate(prompts):
+        if len(p) >= max_tokens_limit:
+            raise APIError(400, f"prompt[{i}] has {len(p)} tokens; the limit is "
+                           f"{max_tokens_limit - 1} (the model context)")  # fmt: skip
+        bad = [t for t in p if not 0 <= t < vocab]
+        if bad:
+            raise APIError(400, f"prompt[{i}] holds token id {bad[0]}, outside the "
+                           f"vocabulary [0, {vocab}); send text or valid ids")  # fmt: skip
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str, where: str) -> list[int]:
+    try:
+        text.encode("utf-8")
+        return tokenizer.encode(text, add_special_tokens=False)
+    except (UnicodeEncodeError, TypeError, ValueError) as e:
+        raise APIError(400, f"{where} is not valid text (UTF-8 only, no lone surrogates): "
+                       f"{type(e).__name__}") from e  # fmt: skip
+
+
 def _sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
 
@@ -99,30 +152,30 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     default_max_tokens: int = 256,
+    max_tokens_limit: int | None = None,
+    max_rows: int = MAX_ROWS,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FastAPI:
     """Build the FastAPI app serving `backend` under the model id `model_name`.
 
-    With `api_key`, every `/v1` route needs `Authorization: Bearer <api_key>` (else 401).
-    `default_max_tokens` applies to chat requests that give no limit.
+    With `api_key`, every route but `/health` needs `Authorization: Bearer <api_key>` (else
+    401, before the body is read). `default_max_tokens` applies to chat requests that give
+    no limit; `max_tokens_limit` (default: the model context) bounds every request.
     """
     app = FastAPI(title="arborl serve", version="1")
     lock = threading.Lock()
     created = int(time.time())
+    context = int(getattr(backend, "max_length", 0) or 0)
+    max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
+    vocab = len(tokenizer)
+    install_handlers(app, render_error)
+    app.add_middleware(
+        Guard, token=api_key, render=render_error, limits=limits, auth_kind="authentication_error"
+    )
 
     @app.exception_handler(APIError)
     def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        body = {"error": {"message": exc.message, "type": exc.kind, "code": exc.status}}
-        return JSONResponse(body, status_code=exc.status)
-
-    def check_key(request: Request) -> None:
-        if api_key is None:
-            return
-        if request.headers.get("authorization", "") != f"Bearer {api_key}":
-            raise APIError(
-                401,
-                "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                "authentication_error",
-            )
+        return JSONResponse(render_error(exc.status, exc.kind, exc.message), exc.status)
 
     def check_model(req: _Base) -> None:
         if req.model not in (None, "", model_name):
@@ -133,9 +186,11 @@ def create_app(
             )
 
     def run(prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str]):
+        _check_limits(prompts, req, max_tokens, vocab, max_tokens_limit, max_rows)
         params = SamplingParams(
             max_new_tokens=max_tokens,
-            temperature=req.temperature,
+            # A subnormal temperature overflows logits / T to inf (NaN logprobs): greedy.
+            temperature=req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0,
             top_p=req.top_p,
             top_k=req.top_k,
             stop=stops,
@@ -161,12 +216,12 @@ def create_app(
     def health() -> dict:
         return {"status": "ok", "model": model_name}
 
-    @app.get("/v1/models", dependencies=[Depends(check_key)])
+    @app.get("/v1/models")
     def models() -> dict:
         card = {"id": model_name, "object": "model", "created": created, "owned_by": "arborl"}
         return {"object": "list", "data": [card]}
 
-    @app.post("/v1/completions", dependencies=[Depends(check_key)])
+    @app.post("/v1/completions")
     def completions(req: CompletionRequest):
         check_model(req)
         if req.echo:
@@ -177,11 +232,11 @@ def create_app(
         if prompt and all(isinstance(x, int) for x in prompt):
             prompt = [prompt]  # a single prompt given as token ids
         prompts = [
-            p if isinstance(p, list) else tokenizer.encode(p, add_special_tokens=False)
-            for p in prompt
+            p if isinstance(p, list) else _encode(tokenizer, p, f"prompt[{i}]")
+            for i, p in enumerate(prompt)
         ]
         stops = _stops(req.stop)
-        outs = run(prompts, req, req.max_tokens or 16, stops)
+        outs = run(prompts, req, req.max_tokens or min(16, max_tokens_limit), stops)
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         choices = []
         for i, c in enumerate(outs):
@@ -192,7 +247,7 @@ def create_app(
                 offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
                 logprobs = {
                     "tokens": pieces,
-                    "token_logprobs": c.logprobs,
+                    "token_logprobs": _finite(c.logprobs),
                     "top_logprobs": None,
                     "text_offset": offsets,
                 }
@@ -214,7 +269,7 @@ def create_app(
             ch.pop("pieces")
         return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
+    @app.post("/v1/chat/completions")
     def chat(req: ChatRequest):
         check_model(req)
         try:
@@ -223,10 +278,15 @@ def create_app(
             )
         except Exception as e:  # jinja errors (unknown role, missing key) are client errors
             raise APIError(400, f"could not apply the chat template to messages: {e}") from e
-        prompts = [tokenizer.encode(text, add_special_tokens=False)]
+        prompts = [_encode(tokenizer, text, "messages")]
         stops = _stops(req.stop)
         outs = run(
-            prompts, req, req.max_completion_tokens or req.max_tokens or default_max_tokens, stops
+            prompts,
+            req,
+            req.max_completion_tokens
+            or req.max_tokens
+            or min(default_max_tokens, max_tokens_limit),
+            stops,
         )
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         base = {"id": rid, "object": "chat.completion", "created": now, "model": model_name}
@@ -248,7 +308,7 @@ def create_app(
                 logprobs = {
                     "content": [
                         {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
-                        for s, lp in zip(toks, c.logprobs)
+                        for s, lp in zip(toks, _finite(c.logprobs))
                     ]
                 }
             choices.append(

@@ -14,37 +14,37 @@ Same security defaults as the env servers: every route but `/health` needs
 `Authorization: Bearer <token>`; the token comes from `--token`, else the `ARBORL_TOKEN`
 environment variable, else a random one is generated and printed; the server binds
 127.0.0.1 unless told otherwise. Errors are JSON `{"error": {"message", "type", "code"}}`
-with the matching status (401 auth, 400 bad records, 413 too many, 422 malformed body).
-Requests are scored one at a time under a lock, each as batched forward passes.
+with the matching status (401 auth, 400 bad records, 413 too many trajectories, steps or
+characters, 422 malformed body). Auth runs before the body is read and the body size and
+JSON depth are bounded (the shared `arborl.serving.Guard`); each trajectory's steps
+(`max_steps`) and the request's text (`max_chars`) are capped before anything is
+tokenized, since scoring re-renders every step's prefix. Requests are scored one at a time
+under a lock, each as batched forward passes.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import secrets
 import threading
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from arborl.data.trajectory import Trajectory
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, resolve_key
 
 TOKEN_ENV = "ARBORL_TOKEN"
 """Environment variable holding the bearer token when `--token` is not given."""
 
 
-def resolve_token(token: str | None) -> tuple[str, bool]:
-    """(token, generated): `token`, else `$ARBORL_TOKEN`, else a fresh random one."""
-    if token:
-        return token, False
-    if os.environ.get(TOKEN_ENV):
-        return os.environ[TOKEN_ENV], False
-    return secrets.token_urlsafe(24), True
+def resolve_token(token: str | None, token_file: str | None = None) -> tuple[str, bool]:
+    """(token, generated): `token`, else `$ARBORL_TOKEN`, else `token_file`, else a fresh
+    random one."""
+    key, _ = resolve_key(token, TOKEN_ENV, token_file)
+    return (key, False) if key else (secrets.token_urlsafe(24), True)
 
 
 class ScoreRequest(BaseModel):
@@ -61,9 +61,41 @@ class RMServerError(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def _error(status: int, message: str, kind: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": kind, "code": status}}
-    return JSONResponse(body, status_code=status)
+def render_error(status: int, kind: str, message: str) -> dict:
+    """The reward-model server's error body."""
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def _check_text(value: Any, where: str) -> int:
+    """len(value) for a valid string field, else a 400 naming it."""
+    if not isinstance(value, str):
+        raise RMServerError(400, f"{where} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RMServerError(400, f"{where} is not valid UTF-8 text (lone surrogate?)") from e
+    return len(value)
+
+
+def _check_record(i: int, d: dict, max_steps: int) -> int:
+    """Validate trajectories[i] before it is built; returns its number of characters."""
+    steps, meta = d.get("steps", []), d.get("meta", {})
+    if not isinstance(steps, list):
+        raise RMServerError(400, f"trajectories[{i}].steps must be a list")
+    if len(steps) > max_steps:
+        raise RMServerError(413, f"trajectories[{i}] has {len(steps)} steps; the limit is "
+                            f"{max_steps} per trajectory (`rm serve --max-steps`)",
+                            "request_too_large")  # fmt: skip
+    if not isinstance(meta, dict):
+        raise RMServerError(400, f"trajectories[{i}].meta must be an object, got "
+                            f"{type(meta).__name__}")  # fmt: skip
+    chars = _check_text(d.get("instruction", ""), f"trajectories[{i}].instruction")
+    for k, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise RMServerError(400, f"trajectories[{i}].steps[{k}] must be an object")
+        for name in ("observation", "action"):
+            chars += _check_text(step.get(name, ""), f"trajectories[{i}].steps[{k}].{name}")
+    return chars
 
 
 def _finite(x: float) -> float | None:
@@ -76,56 +108,48 @@ def create_app(
     model_name: str = "rm",
     max_trajectories: int = 1024,
     batch_size: int = 32,
+    max_steps: int = 256,
+    max_chars: int = 1_000_000,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FastAPI:
     """The FastAPI app scoring with `model` (a `RewardModel`); `token` is required."""
     if not token:
         raise ValueError("token is empty; the reward-model server always requires one")
     app = FastAPI(title="arborl rm serve", version="1")
     lock = threading.Lock()
+    install_handlers(app, render_error)
+    app.add_middleware(
+        Guard, token=token, render=render_error, limits=limits, auth_kind="authentication_error"
+    )
 
     @app.exception_handler(RMServerError)
     def _own(_r: Request, e: RMServerError) -> JSONResponse:
-        return _error(e.status, e.message, e.kind)
-
-    @app.exception_handler(RequestValidationError)
-    def _invalid(_r: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        return _error(422, f"malformed request body at {where}: {first.get('msg', e)}",
-                      "invalid_request_error")  # fmt: skip
-
-    @app.exception_handler(StarletteHTTPException)
-    def _http(_r: Request, e: StarletteHTTPException) -> JSONResponse:
-        return _error(e.status_code, str(e.detail), "http_error")
-
-    def check_token(request: Request) -> None:
-        sent = request.headers.get("authorization", "")
-        if not secrets.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            raise RMServerError(
-                401, "invalid or missing token (send 'Authorization: Bearer <token>')",
-                "authentication_error",
-            )  # fmt: skip
+        return JSONResponse(render_error(e.status, e.kind, e.message), e.status)
 
     @app.get("/health")
     def health() -> dict:
         return {"status": "ok", "kind": model.kind}
 
-    @app.get("/v1/info", dependencies=[Depends(check_token)])
+    @app.get("/v1/info")
     def info() -> dict:
         return {"model": model_name, **model.settings()}
 
-    @app.post("/v1/score", dependencies=[Depends(check_token)])
+    @app.post("/v1/score")
     def score(req: ScoreRequest) -> dict:
         if len(req.trajectories) > max_trajectories:
             raise RMServerError(
                 413, f"{len(req.trajectories)} trajectories in one request; send at most "
                 f"{max_trajectories} per request", "request_too_large",
             )  # fmt: skip
+        chars = sum(_check_record(i, d, max_steps) for i, d in enumerate(req.trajectories))
+        if chars > max_chars:
+            raise RMServerError(413, f"{chars} characters of text in one request; the limit is "
+                                f"{max_chars} (`rm serve --max-chars`)", "request_too_large")  # fmt: skip
         trajs = []
         for i, d in enumerate(req.trajectories):
             try:
                 traj = Trajectory.from_dict(d)
-            except (TypeError, ValueError, KeyError) as e:
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
                 raise RMServerError(
                     400, f"trajectories[{i}] is not a trajectory record: {e}"
                 ) from e

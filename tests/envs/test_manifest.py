@@ -134,3 +134,28 @@ def test_clashing_env_ids_are_refused(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="already provided by package 'counter-fixture'"):
         add_package(other)
+
+
+ENV_TOML = "[[envs]]\nid='a/B-v0'\nentry_point='m:C'\n"
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("setup_script = '../outside/evil.sh'", "setup_script"),
+        ("[dependencies]\nrequirements = '/etc/hostname'", "requirements"),
+        ("[dependencies]\npip = ['./../outside/dep']", "dependencies.pip"),
+        ("[dependencies]\npip = ['/abs/dep']", "dependencies.pip"),
+    ],
+)
+def test_paths_outside_the_package_are_refused(tmp_path, line, key):
+    # Review defect 13: `../` paths ran an outside script on `env setup`, and an absolute
+    # requirements path passed `env add`, then crashed `env list` for every package.
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "evil.sh").write_text("touch RAN\n")
+    (tmp_path / "outside" / "dep").mkdir()
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "arborl-env.toml").write_text(line + "\n" + ENV_TOML)
+    with pytest.raises(ManifestError, match=f"{key}=.*points outside the package folder"):
+        load_manifest(pkg)

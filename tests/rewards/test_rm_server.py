@@ -110,3 +110,47 @@ def test_client_scores_like_the_local_model(server):
         RMClient(url, token="nope").score(trajs[:1])
     with pytest.raises(RMClientError, match="unreachable"):
         RMClient(f"http://127.0.0.1:{free_port()}", token="x", timeout_s=2).score(trajs[:1])
+
+
+def test_limits_and_bad_records_are_4xx_before_scoring(server):
+    # Review defects 10 and 11: 2000 steps held the server 107 s; meta as a list, a lone
+    # surrogate or a non-string action gave a 500 or were scored silently.
+    url, token, _ = server
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    long = {"task_id": "t", "env_id": "e", "steps": [{"observation": "A.G", "action": "r"}] * 2000}
+    t0 = time.monotonic()
+    r = httpx.post(url + "/v1/score", json={"trajectories": [long]}, headers=auth, timeout=30)
+    assert r.status_code == 413 and "2000 steps" in r.json()["error"]["message"]
+    assert "256" in r.json()["error"]["message"] and time.monotonic() - t0 < 5
+    good = traj("ud").to_dict()
+    cases = [({**good, "meta": [1]}, "meta"), ({**good, "meta": "x"}, "meta"),
+             ({**good, "steps": [{"observation": 5, "action": "u"}]}, "observation"),
+             ({**good, "steps": [{"observation": "o", "action": None}]}, "action")]  # fmt: skip
+    for record, field in cases:
+        r = httpx.post(url + "/v1/score", json={"trajectories": [record]}, headers=auth)
+        assert r.status_code == 400 and field in r.json()["error"]["message"], r.text
+    raw = b'{"trajectories": [{"task_id": "t", "env_id": "e", "steps": [{"observation": "\\ud800", "action": "u"}]}]}'
+    r = httpx.post(url + "/v1/score", content=raw, headers=auth)
+    assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
+    big = {"trajectories": [{**good, "steps": [{"observation": "x" * 600_000, "action": "u"}] * 2}]}
+    r = httpx.post(url + "/v1/score", json=big, headers=auth)
+    assert r.status_code == 413 and "--max-chars" in r.json()["error"]["message"]
+    # Auth before the body: an unauthenticated malformed body is 401, not 422.
+    assert httpx.post(url + "/v1/score", content=b"{nope").status_code == 401
+    assert httpx.get(url + "/openapi.json").status_code == 401
+
+
+def test_a_forged_pickle_body_runs_nothing(server, tmp_path):
+    # Requirement 2: the rm server never unpickles what a client sends.
+    import pickle
+
+    from tests.envs.test_http_security import _Marker
+
+    url, token, _ = server
+    marker = tmp_path / "RAN"
+    blob = pickle.dumps(_Marker(str(marker)))
+    auth = {"Authorization": f"Bearer {token}"}
+    for ctype in ("application/json", "application/octet-stream", "application/x-pickle"):
+        r = httpx.post(url + "/v1/score", content=blob, headers={**auth, "Content-Type": ctype})
+        assert r.status_code in (400, 422), r.text
+    assert not marker.exists()

@@ -4,8 +4,8 @@ The image reproduces `arborl env setup`: the same base Python (or a micromamba b
 the package's `environment.yml`), the same pip requirements plus the server runtime, the
 same setup script, then starts the HTTP env server on port 8000. The context holds a copy
 of the package folder (`env/`) and of arborl's dependency-free env code
-(`arborl-runtime/arborl/{__init__.py,registry.py,envs/}`; `arborl.registry` is the
-standard-library helper the pool modes are built on), so the image needs neither arborl's
+(`arborl-runtime/arborl/{__init__.py,registry.py,serving/,envs/}`; `arborl.registry` and
+`arborl.serving`, the servers' auth and limits layer, are standard-library only), so the image needs neither arborl's
 training stack nor network access to this repository.
 
     arborl env dockerfile me/Counter-v0 --out build/counter
@@ -26,6 +26,8 @@ from arborl.envs.packages.manifest import EnvManifest
 
 PORT = 8000
 RUNTIME_MODULES = ("__init__.py", "registry.py")
+RUNTIME_PACKAGES = ("envs", "serving")
+"""The packages of `arborl/` the env server runs on, copied whole."""
 """The modules of `arborl/` outside `envs/` that the env code imports (standard library only)."""
 MICROMAMBA_IMAGE = "mambaorg/micromamba:1.5.10"
 _IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git",
@@ -92,7 +94,8 @@ def write_docker_context(m: EnvManifest, env_id: str, out_dir: str | Path) -> Pa
     runtime.mkdir(parents=True)
     for name in RUNTIME_MODULES:
         shutil.copy2(arborl_pkg / name, runtime / name)
-    shutil.copytree(arborl_pkg / "envs", runtime / "envs", ignore=_IGNORE)
+    for name in RUNTIME_PACKAGES:
+        shutil.copytree(arborl_pkg / name, runtime / name, ignore=_IGNORE)
     path = out / "Dockerfile"
     path.write_text(dockerfile_text(m, env_id))
     (out / ".dockerignore").write_text("**/__pycache__\n**/*.egg-info\n**/build\n")

@@ -160,9 +160,9 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         if path.suffix == ".toml":
             return tomllib.loads(path.read_text())
-        import yaml
+        from arborl.config.yamlsafe import load_yaml
 
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), str(path))  # aliases bounded, no duplicate keys
     except Exception as e:
         raise ManifestError(f"{path}: cannot parse: {e}") from e
     if not isinstance(data, dict):
@@ -246,9 +246,23 @@ def load_manifest(path: str | Path) -> EnvManifest:
         raise ManifestError(f"{w}: resources.num_cpus={m.num_cpus!r} must be > 0")
     for key, rel in (("requirements", m.requirements), ("conda", m.conda),
                      ("setup_script", m.setup_script)):  # fmt: skip
+        if rel:
+            _check_inside(w, key, rel, root)
         if rel and not (root / rel).is_file():
             raise ManifestError(f"{w}: {key}={rel!r} names no file under {root}")
+    for req in m.pip:
+        if req.startswith((".", "/", "~")):  # a local folder: it must be part of the package
+            _check_inside(w, "dependencies.pip", req, root)
     return m
+
+
+def _check_inside(w: str, key: str, rel: str, root: Path) -> None:
+    """Every path a manifest names stays inside the package folder (the package is trusted
+    code, but a manifest must not reach files it does not ship)."""
+    path = Path(rel).expanduser()
+    if path.is_absolute() or not (root / path).resolve().is_relative_to(root.resolve()):
+        raise ManifestError(f"{w}: {key}={rel!r} points outside the package folder {root}; "
+                            "use a path relative to the manifest, inside the package")  # fmt: skip
 
 
 def manifest_summary(m: EnvManifest) -> str:

@@ -4,9 +4,16 @@ Both worker kinds (the stdio worker and the HTTP server) wrap one `EnvHost`, so 
 semantics of every call are the same whatever the transport: replies are plain JSON
 values (tuples become lists, sets sorted lists, numpy scalars numbers), errors carry an
 HTTP-like status, and snapshots are opaque strings, a pickle signed with HMAC-SHA256
-under a secret the host was given. A signed snapshot is portable between sessions and
-between replicas that share the secret, and `restore` refuses any blob it did not sign,
-so a client can never make the server unpickle data of its choosing.
+under a secret the host was given. That secret is the server's own, never the clients'
+bearer token (the HTTP server takes it from `ARBORL_SNAPSHOT_SECRET`, which `env serve`
+generates per replica set, or makes up one per process): a signed snapshot is portable
+between sessions and between replicas that share the secret, and `restore` refuses any
+blob it did not sign, so a client can never make the server unpickle data of its choosing.
+
+Work is bounded before it starts: integers in env kwargs are capped (`max_kwarg_int`, so a
+Maze of size 1000 is a 400, not an hour of CPU), a busy session is never waited on by the
+idle sweeper or by `delete` (it is closed once its call returns), and the start time of
+every running call is kept so `/health` can report a call stuck past its deadline.
 """
 
 from __future__ import annotations
@@ -58,13 +65,17 @@ class Session:
 class EnvHost:
     """Sessions of one env id. Thread-safe: a lock per session, one for the table."""
 
-    def __init__(
-        self, env_id: str, secret: bytes, spec: dict | None = None, max_sessions: int = 4096
-    ) -> None:
+    def __init__(self, env_id: str, secret: bytes, spec: dict | None = None,
+                 max_sessions: int = 4096, max_kwarg_int: int = 256) -> None:  # fmt: skip
         if spec:  # a package env: register it here, in the env's own interpreter
             register(spec["id"], spec["entry_point"], spec.get("kwargs"), spec.get("max_turns"),
                      spec.get("description", ""))  # fmt: skip
+        if not secret:
+            raise ValueError("EnvHost needs a non-empty snapshot secret (never a client token)")
         self.env_id, self.secret, self.max_sessions = env_id, secret, max_sessions
+        self.max_kwarg_int = max_kwarg_int
+        self._inflight: dict[int, float] = {}  # call number -> monotonic start time
+        self._num_calls = 0
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self.num_created = 0
@@ -74,6 +85,7 @@ class EnvHost:
     def create(self, kwargs: dict, session_id: str | None = None) -> dict[str, Any]:
         if not isinstance(kwargs, dict):
             raise HostError(400, "bad_request", f"env kwargs must be an object, got {kwargs!r:.80}")
+        self._check_kwargs(kwargs, "kwargs")
         with self._lock:
             if len(self.sessions) >= self.max_sessions:
                 raise HostError(503, "server_full", f"{self.max_sessions} sessions are open; "
@@ -101,21 +113,42 @@ class EnvHost:
             raise HostError(
                 404, "no_session", f"no session {sid!r} (closed, idle-expired or never made)"
             )
-        with session.lock:
-            session.env.close()
+        _close_when_free(session)
         return {"deleted": sid}
 
     def sweep_idle(self, idle_timeout_s: float) -> int:
-        """Close sessions unused for `idle_timeout_s`; returns how many."""
+        """Close sessions unused for `idle_timeout_s`; returns how many. A session whose
+        call is still running is not idle: it is skipped, never waited on."""
         now = time.monotonic()
         with self._lock:
-            stale = [s for s, v in self.sessions.items() if now - v.last_used > idle_timeout_s]
+            stale = [s for s, v in self.sessions.items()
+                     if now - v.last_used > idle_timeout_s and not v.lock.locked()]  # fmt: skip
             closed = [self.sessions.pop(s) for s in stale]
         for session in closed:
-            with session.lock:
-                session.env.close()
+            _close_when_free(session)
         self.num_idle_closed += len(closed)
         return len(closed)
+
+    def oldest_call_s(self) -> float:
+        """Seconds the longest-running call has been running (0 when none is)."""
+        with self._lock:
+            starts = list(self._inflight.values())
+        return time.monotonic() - min(starts) if starts else 0.0
+
+    def _check_kwargs(self, value: Any, where: str) -> None:
+        if isinstance(value, bool):
+            return
+        if isinstance(value, int) and abs(value) > self.max_kwarg_int:
+            raise HostError(400, "kwargs_limit", f"{where}={value} is over this server's limit "
+                            f"of {self.max_kwarg_int} for integer env kwargs (it sizes work); "
+                            "send a smaller value or start the server with a larger "
+                            "--max-kwarg-int")  # fmt: skip
+        if isinstance(value, dict):
+            for k, v in value.items():
+                self._check_kwargs(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self._check_kwargs(v, f"{where}[{i}]")
 
     def close_all(self) -> None:
         with self._lock:
@@ -138,12 +171,20 @@ class EnvHost:
             session.last_used = time.monotonic()
             if method != "reset" and not session.was_reset:
                 raise HostError(409, "not_reset", f"session {sid!r}: call reset before {method}")
+            with self._lock:
+                self._num_calls += 1
+                number = self._num_calls
+                self._inflight[number] = time.monotonic()
             try:
                 return fn(session, args)
             except HostError:
                 raise
             except Exception as e:  # the env itself failed: a server-side error
                 raise HostError(500, "env_error", f"{method} raised {e!r:.500}") from e
+            finally:
+                with self._lock:
+                    del self._inflight[number]
+                session.last_used = time.monotonic()
 
     def handle(self, sid: str, method: str, args: dict) -> list:
         """`call`/`create`/`delete` as `[status, value]` (the stdio worker's reply form)."""
@@ -168,7 +209,12 @@ class EnvHost:
             raise HostError(
                 400, "bad_request", f"options must be an object or null, got {options!r:.80}"
             )
-        obs, info = s.env.reset(seed=seed, options=options)
+        try:
+            obs, info = s.env.reset(seed=seed, options=options)
+        except (KeyError, ValueError) as e:
+            if not options:
+                raise
+            raise HostError(400, "bad_options", f"reset(options={options!r:.200}): {e}") from e
         s.was_reset = True
         return {"observation": obs, "info": jsonable(info), **self._attrs(s.env)}
 
@@ -210,3 +256,20 @@ class EnvHost:
     def _attrs(env: Any) -> dict[str, Any]:
         return {"instruction": str(getattr(env, "instruction", "")),
                 "task": jsonable(getattr(env, "task", None))}  # fmt: skip
+
+
+def _close_when_free(session: Session) -> None:
+    """Close `session`'s env now if no call holds it, else once that call returns (in a
+    daemon thread), so neither `delete` nor the sweeper ever waits on a slow env."""
+
+    def close() -> None:
+        with session.lock:
+            session.env.close()
+
+    if session.lock.acquire(blocking=False):
+        try:
+            session.env.close()
+        finally:
+            session.lock.release()
+    else:
+        threading.Thread(target=close, daemon=True, name="close-busy-session").start()

@@ -150,13 +150,13 @@ class HttpTransport:
         except (TimeoutError, OSError, EOFError, HttpError, ValueError):
             return False
 
-    async def _pick(self) -> str | None:
-        """The healthy URL with the fewest of our sessions."""
+    async def _pick(self, exclude: frozenset[str] = frozenset()) -> str | None:
+        """The healthy URL with the fewest of our sessions, not one in `exclude`."""
         load = {u: 0 for u in self.urls}
         for u, _ in self.sessions.values():
             if u in load:
                 load[u] += 1
-        for url in sorted(self.urls, key=lambda u: load[u]):
+        for url in sorted((u for u in self.urls if u not in exclude), key=lambda u: load[u]):
             if self.down_until.get(url, 0) <= time.monotonic():
                 return url
             if await self._health(url):
@@ -169,16 +169,24 @@ class HttpTransport:
         old = self.sessions.pop(i, None)
         if old is not None:  # best effort: the old session may live on a healthy replica
             await self._request("DELETE", old[0], f"/sessions/{old[1]}", None, 2.0)
+        tried: set[str] = set()
+        full = None
         for _ in range(len(self.urls)):
-            url = await self._pick()
+            url = await self._pick(frozenset(tried))
             if url is None:
                 break
+            tried.add(url)
             r = await self._request("POST", url, "/sessions", kwargs, timeout_s)
             if r.ok:
                 self.sessions[i] = (url, r.value["session_id"])
                 return r
+            if r.error.startswith("server_full"):
+                full = r  # this replica is full: another may have room
+                continue
             if not r.lost:
                 return r  # the server refused the kwargs: another replica would too
+        if full is not None:
+            return full
         return Reply(False, error=f"no healthy env server among {self.urls}", lost=True)
 
     def open(self, indices: list[int], kwargs: dict[str, Any]) -> list[Reply]:

@@ -12,11 +12,15 @@ REST contract (bodies and replies are JSON objects; every route but `/health` ne
     DELETE /sessions/{id}                                  -> {"deleted"}
     GET    /health                                         -> {"status": "ok", "env_id", "sessions", "pid"}
 
-Errors are never a 200: 400 (unreadable JSON, wrong types), 401 (missing or wrong token),
-404 (no such session), 409 (step before reset), 422 (not an object), 501, 503 (full), 500
-(the env raised), each with `{"error": kind, "detail": text}`. Env calls run on a thread
-pool, never on the event loop, so a slow env does not stall `/health` or other sessions.
-Sessions idle past `--idle-timeout-s` are closed.
+Errors are never a 200: 400 (unreadable JSON, wrong types, JSON too deep, a kwarg over
+its limit, bad reset options), 401 (missing or wrong token; `/docs` and `/openapi.json`
+need it too), 404 (no such session), 409 (step before reset), 413 (body too large), 422
+(not an object), 501, 503 (full), 504 (a call past `--call-timeout-s`), 500 (the env
+raised), each with `{"error": kind, "detail": text}`. Auth and body limits are the shared
+`arborl.serving.Guard`. Env calls run on a thread pool, never on the event loop, so a slow
+env does not stall `/health` or other sessions. Sessions idle past `--idle-timeout-s` are
+closed. Snapshots are signed with a server-side secret (`ARBORL_SNAPSHOT_SECRET`), never
+with the token. The env itself (a package's entry point) is trusted code.
 
     ARBORL_TOKEN=secret python -m arborl.envs.remote.http_server arborl/Maze-v0 --port 8000
 """
@@ -24,7 +28,7 @@ Sessions idle past `--idle-timeout-s` are closed.
 # No `from __future__ import annotations`: FastAPI must see the real `Request` class in the
 # route signatures, which are defined inside `create_app` (fastapi is imported lazily).
 import argparse
-import hmac
+import asyncio
 import json
 import os
 import secrets
@@ -35,20 +39,35 @@ import time
 from typing import Any
 
 from arborl.envs.remote.host import EnvHost, HostError
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, resolve_key
 
 TOKEN_ENV_VAR = "ARBORL_TOKEN"
+SECRET_ENV_VAR = "ARBORL_SNAPSHOT_SECRET"
+"""The snapshot-signing secret (hex), shared by the replicas of one `env serve`; never the
+clients' token and never sent to them."""
+CALLS = ("reset", "step", "snapshot", "restore", "oracle")
 
 
-def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0) -> Any:
-    """The FastAPI app serving `host`'s sessions behind bearer-token auth."""
+def render_error(status: int, kind: str, detail: str) -> dict:
+    """The env server's error body."""
+    return {"error": kind, "detail": detail}
+
+
+def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
+               call_timeout_s: float = 60.0, limits: Limits = DEFAULT_LIMITS) -> Any:  # fmt: skip
+    """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
+
+    A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
+    from then on `/health` answers 503 `stuck`, so the supervisor restarts the replica.
+    """
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    expected = f"Bearer {token}".encode()
+    if not token:
+        raise ValueError("the env server needs a token; give --token or $ARBORL_TOKEN")
 
     @asynccontextmanager
     async def lifespan(app):
@@ -65,34 +84,21 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0) -> Any:
         host.close_all()
 
     app = FastAPI(title=f"arborl env server: {host.env_id}", lifespan=lifespan)
-
-    def error(status: int, kind: str, detail: str) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse({"error": kind, "detail": detail}, status_code=status, headers=headers)
+    install_handlers(app, render_error)
+    hint = f" (the server's --token / ${TOKEN_ENV_VAR})"
+    app.add_middleware(Guard, token=token, render=render_error, limits=limits, hint=hint)
 
     @app.exception_handler(HostError)
     async def _host_error(request: Request, e: HostError):
-        return error(e.status, e.kind, e.detail)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, e: StarletteHTTPException):
-        return error(e.status_code, "http", str(e.detail))
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception):
-        return error(500, "internal", f"{e!r:.500}")
+        return JSONResponse(render_error(e.status, e.kind, e.detail), status_code=e.status)
 
     async def body(request: Request) -> dict[str, Any]:
-        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
-            raise HostError(401, "unauthorized", "missing or wrong bearer token: send "
-                            "'Authorization: Bearer <token>' (the server's --token / "
-                            f"{TOKEN_ENV_VAR})")  # fmt: skip
-        raw = await request.body()
+        raw = await request.body()  # size and depth were checked by the Guard
         if not raw.strip():
             return {}
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise HostError(400, "bad_json", f"the body is not valid JSON: {e}") from e
         if not isinstance(data, dict):
             raise HostError(
@@ -100,29 +106,40 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0) -> Any:
             )
         return data
 
+    async def bounded(fn: Any, *args: Any) -> Any:
+        try:
+            return await asyncio.wait_for(run_in_threadpool(fn, *args), call_timeout_s)
+        except TimeoutError:
+            raise HostError(504, "deadline", f"the env call ran past this server's deadline of "
+                            f"{call_timeout_s:g}s (--call-timeout-s); the replica will be "
+                            "restarted") from None  # fmt: skip
+
     @app.get("/health")
     async def health():
-        return {"status": "ok", "env_id": host.env_id, "sessions": len(host.sessions),
-                "pid": os.getpid()}  # fmt: skip
+        oldest = host.oldest_call_s()
+        status = {"status": "ok" if oldest <= call_timeout_s else "stuck",
+                  "env_id": host.env_id, "sessions": len(host.sessions), "pid": os.getpid(),
+                  "oldest_call_s": round(oldest, 3)}  # fmt: skip
+        return JSONResponse(status, status_code=200 if status["status"] == "ok" else 503)
 
     @app.post("/sessions")
     async def create(request: Request):
         kwargs = await body(request)
-        return await run_in_threadpool(host.create, kwargs)
+        return await bounded(host.create, kwargs)
 
     @app.post("/sessions/{sid}/{method}")
     async def call(sid: str, method: str, request: Request):
         args = await body(request)
-        if method not in ("reset", "step", "snapshot", "restore", "oracle"):
+        if method not in CALLS:
             raise HostError(
                 404, "no_route", f"no call {method!r}; see the REST contract in the docs"
             )
-        return await run_in_threadpool(host.call, sid, method, args)
+        return await bounded(host.call, sid, method, args)
 
     @app.delete("/sessions/{sid}")
     async def delete(sid: str, request: Request):
         await body(request)
-        return await run_in_threadpool(host.delete, sid)
+        return await bounded(host.delete, sid)
 
     return app
 
@@ -143,7 +160,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV_VAR}, "
-                   "else a generated one, printed)")  # fmt: skip
+                   "else --token-file, else a generated one, printed); a flag shows in ps")  # fmt: skip
+    p.add_argument("--token-file", default=None, help="read the bearer token from this file")
+    p.add_argument("--call-timeout-s", type=float, default=60.0,
+                   help="per-call deadline; a call past it gets 504 and /health turns 503 "
+                   "(default 60)")  # fmt: skip
+    p.add_argument(
+        "--max-kwarg-int",
+        type=int,
+        default=256,
+        help="largest integer accepted in env kwargs, e.g. a grid size (default 256)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=Limits.max_body_bytes,
+        help=f"largest request body (default {Limits.max_body_bytes})",
+    )
+    p.add_argument(
+        "--max-json-depth",
+        type=int,
+        default=Limits.max_json_depth,
+        help=f"deepest JSON nesting in a body (default {Limits.max_json_depth})",
+    )
     p.add_argument("--idle-timeout-s", type=float, default=600.0,
                    help="close sessions unused this long (default 600)")  # fmt: skip
     p.add_argument(
@@ -156,19 +195,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    token = args.token or os.environ.get(TOKEN_ENV_VAR)
+    token, _ = resolve_key(args.token, TOKEN_ENV_VAR, args.token_file)
     if not token:
         token = secrets.token_urlsafe(24)
         print(f"no --token or ${TOKEN_ENV_VAR}: generated token {token}", flush=True)
     import uvicorn
 
     spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
-    host = EnvHost(args.env_id, token.encode(), spec, args.max_sessions)
+    # The snapshot key is the server's own secret, never the token clients hold.
+    secret = bytes.fromhex(os.environ.get(SECRET_ENV_VAR, "")) or secrets.token_bytes(32)
+    host = EnvHost(args.env_id, secret, spec, args.max_sessions, args.max_kwarg_int)
     host.create({})  # build one env now: a broken env fails at start, not on first use
     host.close_all()
     if args.exit_with_parent:
+        from arborl.envs.remote.orphans import die_with_parent
+
+        die_with_parent()
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    app = create_app(host, token, args.idle_timeout_s)
+    limits = Limits(args.max_body_bytes, args.max_json_depth)
+    app = create_app(host, token, args.idle_timeout_s, args.call_timeout_s, limits)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=3)  # fmt: skip
     return 0

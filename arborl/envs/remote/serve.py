@@ -5,9 +5,12 @@ Start-up first reaps orphans: servers listed in the env's state file
 and process start time both matching so an unrelated process that reused a pid is never
 touched. Then each replica is started in the env's interpreter on its own port and
 polled on `/health` until it answers. A monitor thread restarts a replica that died (on
-the same port, so clients' URL lists stay valid); `stop()` (and SIGINT/SIGTERM in
+the same port, so clients' URL lists stay valid), and one whose `/health` says `stuck` (a
+call past its deadline) is killed and restarted; `stop()` (and SIGINT/SIGTERM in
 `serve_forever`) shuts them all down. Replicas run in their own process group, so a
-Ctrl-C reaches only the orchestrator, which then stops them in order.
+Ctrl-C reaches only the orchestrator, which then stops them in order; and they exit when
+the orchestrator dies, even by SIGKILL (`orphans.die_with_parent`). The replicas share one
+snapshot secret, made here and passed in their environment, never given to clients.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.remote.http_server import TOKEN_ENV_VAR
+from arborl.envs.remote.http_server import SECRET_ENV_VAR, TOKEN_ENV_VAR
 from arborl.envs.remote.subproc import _tail, worker_env
 
 
@@ -106,15 +109,20 @@ class ReplicaSet:
                  spec: dict | None = None, idle_timeout_s: float = 600.0,
                  state_file: Path | None = None, exit_with_parent: bool = False,
                  log_dir: Path | None = None, health_timeout_s: float = 60.0,
-                 max_restarts: int = 100) -> None:  # fmt: skip
+                 max_restarts: int = 100, max_sessions: int = 4096,
+                 call_timeout_s: float = 60.0) -> None:  # fmt: skip
         if num_replicas < 1:
             raise ValueError(f"replicas={num_replicas!r} must be >= 1")
         self.env_id, self.host, self.python, self.spec = env_id, host, python, spec
         self.token = token or os.environ.get(TOKEN_ENV_VAR) or secrets.token_urlsafe(24)
         self.token_generated = not (token or os.environ.get(TOKEN_ENV_VAR))
+        # Replicas always exit with their supervisor now (no orphans, issue 19); the flag
+        # is kept so existing callers still work.
         self.idle_timeout_s, self.exit_with_parent = idle_timeout_s, exit_with_parent
         self.state_file, self.health_timeout_s = state_file, health_timeout_s
-        self.max_restarts = max_restarts
+        self.max_restarts, self.max_sessions = max_restarts, max_sessions
+        self.call_timeout_s = call_timeout_s
+        self._secret = secrets.token_hex(32)  # snapshot key: the replicas' own, never sent
         self._tmp = None if log_dir else tempfile.TemporaryDirectory(prefix="arborl-serve-")
         self.log_dir = Path(log_dir or self._tmp.name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -140,11 +148,11 @@ class ReplicaSet:
     def _spawn(self, r: Replica) -> None:
         cmd = [self.python or sys.executable, "-m", "arborl.envs.remote.http_server",
                self.env_id, "--host", self.host, "--port", str(r.port),
-               "--idle-timeout-s", str(self.idle_timeout_s)]  # fmt: skip
-        if self.exit_with_parent:
-            cmd.append("--exit-with-parent")
+               "--idle-timeout-s", str(self.idle_timeout_s), "--max-sessions",
+               str(self.max_sessions), "--call-timeout-s", str(self.call_timeout_s),
+               "--exit-with-parent"]  # fmt: skip
         env = worker_env(self.python, self.spec, "")
-        env[TOKEN_ENV_VAR] = self.token
+        env[TOKEN_ENV_VAR], env[SECRET_ENV_VAR] = self.token, self._secret
         with r.log_path.open("ab") as log:
             r.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                       env=env, start_new_session=True)  # fmt: skip
@@ -200,9 +208,30 @@ class ReplicaSet:
         self._monitor.start()
         return self
 
+    def _stuck(self, r: Replica) -> bool:
+        """True when the replica's `/health` answers 503 (a call past its deadline)."""
+        import httpx
+
+        try:
+            return httpx.get(f"{self._url(r)}/health", timeout=2.0).status_code == 503
+        except httpx.HTTPError:
+            return False  # busy or restarting: death is caught by poll()
+
     def _watch(self) -> None:
+        tick = 0
         while not self._stop.wait(0.2):
+            tick += 1
             for r in self.replicas:
+                if (
+                    tick % 5 == 0
+                    and r.proc is not None
+                    and r.proc.poll() is None
+                    and self._stuck(r)
+                ):
+                    print(f"arborl env serve: replica on port {r.port} is stuck past its "
+                          f"{self.call_timeout_s:g}s deadline; restarting it", file=sys.stderr)  # fmt: skip
+                    r.proc.kill()
+                    r.proc.wait()
                 with self._lock:
                     if self._stop.is_set() or r.proc is None or r.proc.poll() is None:
                         continue

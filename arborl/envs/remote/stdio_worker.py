@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout = sys.stderr
 
     from arborl.envs.remote.host import EnvHost
+    from arborl.envs.remote.orphans import die_with_parent
+
+    die_with_parent()  # a hung env must not outlive a SIGKILLed supervisor
 
     spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
     secret = os.environ.get("ARBORL_WORKER_SECRET", "").encode() or os.urandom(32)

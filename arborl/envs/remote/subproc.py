@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
+from arborl.envs.remote.orphans import PARENT_ENV_VAR
 
 
 def worker_env(python: str | None, spec: dict | None, secret: str) -> dict[str, str]:
@@ -34,6 +35,7 @@ def worker_env(python: str | None, spec: dict | None, secret: str) -> dict[str, 
         env.pop("VIRTUAL_ENV", None)
     env["ARBORL_ENV_SPEC"] = json.dumps(spec) if spec else ""
     env["ARBORL_WORKER_SECRET"] = secret
+    env[PARENT_ENV_VAR] = str(os.getpid())  # the child exits when we die (orphans.py)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -57,6 +59,7 @@ class StdioWorker:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log, env=worker_env(python, spec, secret))  # fmt: skip
         self._buf = b""
+        self.closed = False  # its stdout hit end of file or stdin broke: never reuse it
         os.set_blocking(self.proc.stdout.fileno(), False)
         ready = self.read_line(time.monotonic() + start_timeout_s)
         if ready is None or not json.loads(ready).get("ready"):
@@ -71,7 +74,9 @@ class StdioWorker:
         return self.proc.pid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running and its pipes open. `poll()` alone can still say alive just after the
+        pipe closed (the process is dying), which once made a dead worker be reused."""
+        return not self.closed and self.proc.poll() is None
 
     def send(self, calls: list[list]) -> bool:
         try:
@@ -79,6 +84,7 @@ class StdioWorker:
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
+            self.closed = True
             return False
 
     def fileno(self) -> int:
@@ -91,6 +97,8 @@ class StdioWorker:
         except BlockingIOError:
             return True
         self._buf += chunk
+        if not chunk:
+            self.closed = True
         return bool(chunk)
 
     def pop_line(self) -> str | None:

@@ -1,0 +1,33 @@
+"""The auth, limits and error layer shared by arborl's three HTTP servers.
+
+The env server (`arborl env serve`), the model server (`arborl serve`) and the reward-model
+server (`arborl rm serve`) all wrap their app in `Guard` (bearer token checked in constant
+time before any body is read, body size and JSON depth bounded, `/health` the only open
+route, so `/docs` and `/openapi.json` need the token too) and take their keys from
+`resolve_key` (flag, then environment variable, then file) and their bind check from
+`check_bind` (no non-loopback host without a key). Standard library only, so it sits low in
+the layering and every server may import it; see docs/security.md.
+"""
+
+from arborl.serving.auth import (
+    DEFAULT_LIMITS,
+    Limits,
+    bearer_ok,
+    check_bind,
+    is_loopback,
+    json_depth,
+    resolve_key,
+)
+from arborl.serving.guard import Guard, install_handlers
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Guard",
+    "install_handlers",
+    "Limits",
+    "bearer_ok",
+    "check_bind",
+    "is_loopback",
+    "json_depth",
+    "resolve_key",
+]
