@@ -133,14 +133,20 @@ def encode_trajectory(
     messages = trajectory_messages(traj, include_instruction, first)
     ids = _render(tokenizer, messages)
     head = 1 if include_instruction and traj.instruction else 0
-    ends = [-1] * first
-    for t in range(first, num):
+    cut = max(0, len(ids) - max_length)
+    # Prefix ends grow with t, so walk back from the last step and stop at the first one
+    # the cut drops: only steps inside the kept window are rendered (a 2,000-step episode
+    # under a 512-token window renders a few dozen prefixes, not 2,000 of them).
+    ends = [-1] * num
+    for t in range(num - 1, first - 1, -1):
         last = head + 2 * (t - first) + 1  # index of step t's assistant message
         if score_after_observation and last + 1 < len(messages):
             last += 1  # the next observation (a user message)
-        ends.append(len(_render(tokenizer, messages[: last + 1])) - 1)
-    cut = max(0, len(ids) - max_length)
-    return EncodedTrajectory(ids[cut:], [e - cut if e >= cut else -1 for e in ends])
+        end = len(_render(tokenizer, messages[: last + 1])) - 1
+        if end < cut:
+            break  # this step and every earlier one lie before the window
+        ends[t] = end - cut
+    return EncodedTrajectory(ids[cut:], ends)
 
 
 def step_prefixes(traj: Trajectory) -> list[Trajectory]:
