@@ -26,10 +26,11 @@ def evaluate_share(
     seeds: list[int],
     sample_seed: int,
     split: str = "test",
-) -> dict[str, float]:
+    keep_episodes: int = 0,
+) -> dict:
     """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins` and the mean of
-    each of `STAT_KEYS`. One engine worker's share of an evaluation; `summarize_eval`
-    combines shares."""
+    each of `STAT_KEYS`, plus `sample`: the first `keep_episodes` trajectories (for the
+    report). One engine worker's share of an evaluation; `summarize_eval` combines shares."""
     n = len(seeds)
     cfg = replace(
         rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=sample_seed
@@ -38,12 +39,16 @@ def evaluate_share(
     res = run_episodes_with_policy(policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs)
     out = {"episodes": float(n), "wins": float(sum(t.won for t in res.trajectories))}
     out.update({k: float(res.stats[k]) for k in STAT_KEYS if k in res.stats})
+    if keep_episodes:
+        out["sample"] = res.trajectories[:keep_episodes]
     return out
 
 
-def summarize_eval(shares: list[dict[str, float]]) -> dict[str, float]:
+def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
     """The held-out metrics of the whole evaluation (every engine logs these names):
-    success with its Wilson 95% interval, episodes, and the episode-weighted means."""
+    success with its Wilson 95% interval, episodes, and the episode-weighted means; with
+    `keep_episodes`, also `sample`: up to that many of the shares' trajectories (not a
+    metric: `RLTrainer.evaluate` pops it and writes `eval_episodes/`)."""
     shares = [s for s in shares if s and s["episodes"]]
     n = int(sum(s["episodes"] for s in shares))
     wins = int(sum(s["wins"] for s in shares))
@@ -55,6 +60,8 @@ def summarize_eval(shares: list[dict[str, float]]) -> dict[str, float]:
             out[k] = (
                 shares[0][k] if len(shares) == 1 else sum(s[k] * s["episodes"] for s in shares) / n
             )
+    if keep_episodes:
+        out["sample"] = [t for s in shares for t in s.get("sample", [])][:keep_episodes]
     return out
 
 
@@ -68,15 +75,17 @@ def evaluate_policy(
     eval_cfg,
     num_episodes: int | None = None,
     split: str = "test",
-) -> dict[str, float]:
+    keep_episodes: int = 0,
+) -> dict:
     """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate on
-    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`."""
+    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed` (and the
+    first `keep_episodes` trajectories as `sample`)."""
     n = num_episodes or eval_cfg.num_episodes
     share = evaluate_share(
         backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg, eval_cfg,
-        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split,
+        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split, keep_episodes,
     )  # fmt: skip
-    return summarize_eval([share])
+    return summarize_eval([share], keep_episodes)
 
 
 def format_success(label: str, result: dict[str, float]) -> str:
