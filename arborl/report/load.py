@@ -96,6 +96,23 @@ def load_run(path: str | Path, max_points_files: int = 6, per_file: int = 16) ->
     run.baselines = read_baselines(path)
     run.eval_episodes = read_step_files(path / "eval_episodes", max_points_files, per_file)
     run.train_episodes = read_step_files(path / "trajectories", max_points_files, per_file)
-    trees = sorted((path / "trees").glob("*.html")) if (path / "trees").is_dir() else []
-    run.trees = {p.name: p.read_text() for p in spread(trees, 4)}
+    run.trees = tree_pages(path, run.train_episodes)
     return run
+
+
+def tree_pages(path: Path, train_episodes: dict[int, list[dict]], max_trees: int = 4) -> dict:
+    """{title: HTML} of the search trees of a tree-rollout run (`arborl.search.html`): the
+    tree a training record carries in `meta.search_tree` (taken out of the record), and
+    any `trees/*.html` page; at most `max_trees`, evenly spread over the run."""
+    from arborl.search.html import render_html
+
+    found = []
+    for step, records in sorted(train_episodes.items()):
+        for r in records:
+            doc = (r.get("meta") or {}).pop("search_tree", None)
+            if doc is not None:
+                title = f"step {step}, task {r.get('task_id', '')}"
+                found.append((title, lambda doc=doc, title=title: render_html(doc, title)))
+    if (path / "trees").is_dir():
+        found += [(p.name, p.read_text) for p in sorted((path / "trees").glob("*.html"))]
+    return {title: page() for title, page in spread(found, max_trees)}

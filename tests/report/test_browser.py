@@ -83,6 +83,8 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
 
     from arborl.report import write_report
 
+    (runs[0] / "trees").mkdir()
+    (runs[0] / "trees" / "t.html").write_text("<html><body><ul><li>root</li></ul></body></html>")
     out = write_report(list(runs), tmp_path / "cmp.html")
     html = out.read_text()
     data = json.loads(re.search(r'id="report-data">(.*?)</script>', html, re.S).group(1))
@@ -109,6 +111,7 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
     assert _count(browser, "#pair-list .pair") == 2  # t1 before/after, per run
     text = browser.find_element("id", "episode-count").text
     assert text.startswith("4 of 18 episodes")
+    assert _count(browser, "iframe.tree") == 1  # search trees: the page embeds each view
     shot = tmp_path / "report.png"
     assert browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
