@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from arborl.cli.main import main
 from arborl.report import write_report
@@ -52,10 +53,20 @@ def test_partial_run_is_marked_and_episodes_capped(tmp_path, run_factory) -> Non
 
 def test_baselines_are_computed_once_and_cached(tmp_path, run_factory) -> None:
     run = run_factory(tmp_path, "nobase", 2, baselines=False)
+    cfg = {"env": {"id": "arborl/Maze-v0"}, "eval": {"num_episodes": 20, "seed": 7}}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_report([run])
     rows = json.loads((run / "baselines.json").read_text())
     assert rows["oracle"]["success_rate"] == 1.0  # the maze oracle always wins
-    assert rows["random"]["success_rate"] < 0.5 and rows["random"]["episodes"] == 200
+    assert rows["random"]["success_rate"] < 0.5 and rows["random"]["episodes"] == 20
     (run / "baselines.json").write_text(json.dumps({"random": {"success_rate": 0.123}}))
     html = write_report([run]).read_text()  # read, not recomputed
     assert "random: 0.123" in html
+
+
+def test_a_long_run_stays_small(tmp_path, run_factory) -> None:
+    run = run_factory(tmp_path, "long", 5000)
+    html = write_report([run], max_points=300).read_text()
+    charts = _data(html)["charts"]
+    assert max(len(t["x"]) for c in charts for t in c["traces"]) == 300  # thinned from 5000
+    assert len(html) < 1_200_000 + 600_000  # Plotly (1.2 MB) + data
