@@ -95,9 +95,10 @@ _PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>{css}</style></head><body>
 <h1>{title}</h1>
+<nav id="nav"></nav>
 {runs}
 <div id="charts"></div>
-<h2>Episodes</h2>
+<h2 id="episodes">Episodes</h2>
 <div class="filters">
  <label>outcome <select id="f-outcome"><option value="all">all</option>
   <option value="won">won</option><option value="lost">lost</option></select></label>
@@ -108,10 +109,11 @@ _PAGE = """<!doctype html>
 </div>
 <div id="episode-list"></div>
 <h3>Same task before and after RL (first and last held-out evaluation)</h3>
+<p id="pair-count" class="muted"></p>
 <div id="pair-list"></div>
-<h2>Search trees</h2>
+<h2 id="trees-h">Search trees</h2>
 <div id="trees"></div>
-<h2>{config_title}</h2>
+<h2 id="config-h">{config_title}</h2>
 {config}
 <script type="application/json" id="report-data">{data}</script>
 <script>{plotly}</script>

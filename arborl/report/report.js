@@ -2,7 +2,7 @@
 // the JSON in #report-data. No network: everything the page needs is in the file.
 "use strict";
 const D = JSON.parse(document.getElementById("report-data").textContent);
-const PAGE = D.page_size;
+const PAGE = D.page_size, MAX_PAIRS = 4;
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -17,7 +17,8 @@ function drawCharts() {
   for (const c of D.charts) {
     if (!sections[c.section]) {
       sections[c.section] = el("div", { class: "grid" });
-      root.append(el("h2", {}, c.section), sections[c.section]);
+      root.append(el("h2", { id: "sec-" + c.section }, c.section), sections[c.section]);
+      document.getElementById("nav").append(el("a", { href: "#sec-" + c.section }, c.section));
     }
     const div = el("div", { class: "chart", id: "chart-" + c.id, "data-series": c.traces.length });
     sections[c.section].append(div);
@@ -69,7 +70,9 @@ function drawEpisodes() {
   document.getElementById("episode-count").textContent =
     `${eps.length} of ${D.episodes.length} episodes · page ${state.page + 1}/${pages}`;
   const t = document.getElementById("f-task").value;
-  const pairs = D.pairs.filter(p => t === "all" || p.task === t).slice(0, PAGE);
+  const all = D.pairs.filter(p => t === "all" || p.task === t), pairs = all.slice(0, MAX_PAIRS);
+  document.getElementById("pair-count").textContent = all.length > pairs.length ?
+    `${pairs.length} of ${all.length} tasks shown; pick a task above to see its pair` : "";
   document.getElementById("pair-list").replaceChildren(...pairs.map(p => el("div", { class: "pair" },
     el("div", {}, el("h4", {}, `before RL (step ${D.episodes[p.before].step})`), episodeView(D.episodes[p.before], true)),
     el("div", {}, el("h4", {}, `after RL (step ${D.episodes[p.after].step})`), episodeView(D.episodes[p.after], true)))));
@@ -99,6 +102,8 @@ function drawTrees() {
 }
 
 drawCharts();
+for (const [id, text] of [["episodes", "Episodes"], ["trees-h", "Search trees"], ["config-h", "Config"]])
+  document.getElementById("nav").append(el("a", { href: "#" + id }, text));
 setupFilters();
 drawEpisodes();
 drawTrees();

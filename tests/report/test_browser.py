@@ -101,6 +101,10 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
     assert _count(browser, "#chart-m-training-success .scatterlayer .trace") == 2
     # 2 runs x (4 + 4 held-out + 1 training) episodes, one page of 20
     assert _count(browser, "#episode-list details.episode") == 18
+    assert _count(browser, "#pair-list .pair") == 4  # 8 before/after pairs, 4 shown
+    assert browser.find_element("id", "pair-count").text.startswith("4 of 8 tasks shown")
+    sections = {c["section"] for c in data["charts"]}
+    assert _count(browser, "#nav a") == len(sections) + 3  # + episodes, trees, config
     Select(browser.find_element("id", "f-outcome")).select_by_value("won")
     # won per run: t0 before; t0, t1 after; the training episode
     assert _count(browser, "#episode-list details.episode") == 8
