@@ -286,6 +286,9 @@ class RLTrainer:
         )
         try:
             return self._fit(logger)
+        except Exception:
+            self.write_report()  # a crashed run's report shows what it has (metrics are flushed)
+            raise
         finally:
             logger.close()
             self.engine.close()

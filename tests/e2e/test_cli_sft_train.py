@@ -132,3 +132,6 @@ def test_nan_loss_aborts_after_max_bad_steps(tmp_path, monkeypatch, capsys):
     assert "trainer.max_bad_steps=2" in capsys.readouterr().err
     recs = [r for r in read_metrics(tmp_path / "nan" / "metrics.jsonl") if "train/success" in r]
     assert [r["step"] for r in recs] == [1]  # step 2's second skip aborted the run
+    # The aborted run's report shows what exists: one RL step, no summary.
+    html = (tmp_path / "nan" / "report.html").read_text()
+    assert '<span class="partial">partial</span>' in html and '"x": [1]' in html
