@@ -2,6 +2,7 @@
 
 import json
 import struct
+import time
 
 import pytest
 
@@ -56,6 +57,8 @@ def wandb_records(path) -> list[tuple[str, dict]]:
             pos += 32768 - pos % 32768
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
         chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         part = chunk if kind in (1, 2) else part + chunk
         if kind not in (1, 4):
@@ -73,6 +76,8 @@ def wandb_records(path) -> list[tuple[str, dict]]:
         elif rec.WhichOneof("record_type") == "run":
             cfg = {u.key: json.loads(u.value_json) for u in rec.run.config.update}
             out.append(("config", cfg))
+        elif rec.WhichOneof("record_type") == "exit":
+            out.append(("exit", {}))
     return out
 
 
@@ -96,7 +101,10 @@ def test_wandb_offline_run_has_the_metrics_jsonl_names(tmp_path, monkeypatch) ->
         run.close()
     assert list((run.path / "tb").glob("events.out.tfevents.*"))
     (offline,) = (run.path / "wandb").glob("offline-run-*/run-*.wandb")
-    recs = wandb_records(offline)
+    # wandb's own process may still be writing the file when finish() returns
+    deadline = time.monotonic() + 60
+    while ("exit", {}) not in (recs := wandb_records(offline)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert ("config", {"_wandb": {}, "algo": {"lr": 0.1}}) in recs
     history = [{k: v for k, v in r.items() if not k.startswith("_") or k == "_step"}
                for kind, r in recs if kind == "history"]  # fmt: skip
