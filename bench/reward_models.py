@@ -43,8 +43,8 @@ import torch
 from common import RESULTS_DIR, format_table, machine_info, write_json
 
 from arborl.agent import AgentConfig
+from arborl.agent.settings import load_agent_settings
 from arborl.cli.main import main as arborl_main
-from arborl.cli.rollout_cmd import agent_settings_of
 from arborl.data import read_trajectories, write_trajectories
 from arborl.envs import make
 from arborl.generation.hf import HFBackend
@@ -99,7 +99,7 @@ def lm_policy(policy_dir: Path, seed: int) -> tuple[LMPolicy, Any, Any, AgentCon
     model, tok = load_policy(str(policy_dir))
     model.eval()
     backend = HFBackend(model, tok, max_batch_size=256)
-    agent = AgentConfig(**agent_settings_of(str(policy_dir)))
+    agent = AgentConfig(**load_agent_settings(str(policy_dir)))
     cfg = RolloutConfig(max_new_tokens=8, temperature=1.0, seed=seed)
     return LMPolicy(backend, tok, cfg, agent), backend, tok, agent
 

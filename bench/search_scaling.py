@@ -106,10 +106,10 @@ def flat_success(backend, tok, agent, args, seeds, kwargs) -> float:
 def load_parts(args):
     """(proposer, evaluator, backend, tokenizer, agent config) for the run."""
     from arborl.agent import AgentConfig
-    from arborl.cli.rollout_cmd import agent_settings_of
+    from arborl.agent.settings import load_agent_settings
 
     backend = tok = None
-    agent = AgentConfig(**agent_settings_of(args.policy))
+    agent = AgentConfig(**load_agent_settings(args.policy))
     if args.proposer in ("policy", "ranked"):
         from arborl.generation import make_backend
 

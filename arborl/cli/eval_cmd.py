@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arborl.cli.rollout_cmd import add_policy_args, configs_from_args
+from arborl.cli.rollout_cmd import add_policy_args, configs_from_args, pool_args
 from arborl.cli.search_cmd import add_search_args, evaluate_with_search
 
 COLUMNS = (
@@ -58,6 +58,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
             split=args.split,
             seed=args.seed,
             chunk_episodes=args.chunk_episodes,
+            **pool_args(args),
         )
     except NotImplementedError as e:  # e.g. an env without an oracle
         return {"policy": policy_spec, "error": str(e)}

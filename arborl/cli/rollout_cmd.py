@@ -4,7 +4,11 @@
         --num-episodes 64 --group-size 8 --out runs/demo/rollouts.jsonl
 
 The output format follows the suffix (.jsonl or .parquet); stats are printed at the end.
-The loop itself is `arborl.rollout.collect_episodes`; the policy and prompt flags defined
+Episodes are appended to `<out stem>.partial.jsonl` as each chunk finishes, so a killed
+run keeps every finished chunk in a file whose name says it is incomplete; the `--out`
+file appears (atomically) only when every episode is done, and the partial file goes.
+Envs run in `--pool-mode` (default: the env package's preferred isolation, in-process for
+built-in envs), as `env.pool_mode` does for training. The loop itself is `arborl.rollout.collect_episodes`; the policy and prompt flags defined
 here are shared with `arborl eval`.
 """
 
@@ -13,11 +17,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+from pathlib import Path
 
 from arborl.agent import AgentConfig
 from arborl.agent.config import ACTION_FORMATS, MEMORY_KINDS
 from arborl.agent.settings import load_agent_settings
 from arborl.envs.base import SPLITS
+from arborl.envs.packages.manifest import MODES
 from arborl.rollout import RolloutConfig
 
 # --- flags shared with `arborl eval` ---------------------------------------------------
@@ -62,6 +69,26 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
     )
     p.add_argument("--tokenizer", default=None, help="tokenizer (preset or dir) for a URL policy")
     p.add_argument("--chunk-episodes", type=int, default=64, help="episodes run at once")
+    p.add_argument(
+        "--pool-mode",
+        default="auto",
+        choices=("auto", *MODES),
+        help="where the envs run, as env.pool_mode in training (auto: the env package's "
+        "preferred mode, in-process for built-in envs)",
+    )
+    p.add_argument(
+        "--env-timeout-s",
+        type=float,
+        default=30.0,
+        help="seconds an out-of-process env call may take before it counts as an env error",
+    )
+
+
+def pool_args(args: argparse.Namespace) -> dict:
+    """The `collect_episodes` pool settings of the shared flags."""
+    if args.env_timeout_s <= 0:
+        raise SystemExit(f"--env-timeout-s {args.env_timeout_s}: must be > 0 seconds")
+    return {"pool_mode": args.pool_mode, "pool_options": {"timeout_s": args.env_timeout_s}}
 
 
 def configs_from_args(
@@ -107,6 +134,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def partial_path(out: str | Path) -> Path:
+    """Where `arborl rollout --out runs/x.jsonl` appends finished episodes until it is
+    done: `runs/x.partial.jsonl` (readable with `arborl.data.read_trajectories`)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.partial.jsonl")
+
+
+def append_trajectories(path: Path, trajectories) -> None:
+    """Append records to a JSONL file and fsync, so a kill loses no finished episode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_dict()) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -117,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--out {args.out!r}: use a .jsonl or .parquet file name")
     cfg, agent = configs_from_args(args, args.group_size)
     policy = make_policy(args.policy, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
+    partial = partial_path(args.out)
+    partial.unlink(missing_ok=True)  # a killed earlier run's leftovers: this run redoes them
     with tqdm(total=args.num_episodes, desc="episodes", disable=args.no_progress) as bar:
         result = collect_episodes(
             policy,
@@ -127,8 +173,11 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             chunk_episodes=args.chunk_episodes,
             progress=bar.update,
+            on_chunk=lambda trajs: append_trajectories(partial, trajs),
+            **pool_args(args),
         )
     path = write_trajectories(args.out, result.trajectories)
+    partial.unlink(missing_ok=True)
     print(format_stats(result.stats))
     print(f"wrote {len(result.trajectories)} trajectories to {path}")
     print(json.dumps({k: round(v, 6) for k, v in result.stats.items()}))

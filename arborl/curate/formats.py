@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,9 +80,45 @@ def _won(row: dict, source: SourceConfig) -> bool:
     if source.won is not None:
         return source.won
     value = row.get("won", row.get("success", False))
-    if not isinstance(value, bool | int | float):
-        raise FieldError("won", f"expected a bool, got {value!r:.40}")
+    if not (isinstance(value, bool) or (isinstance(value, int | float) and value in (0, 1))):
+        raise FieldError("won", f"expected a bool (or 0/1), got {value!r:.40}")
     return bool(value)
+
+
+def _check_number(field_name: str, value: Any) -> None:
+    """A finite int or float (not a bool, a string or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FieldError(field_name, f"expected a finite number, got {value!r:.40}")
+
+
+def _check_arborl_types(row: dict) -> None:
+    """The typed fields of an arborl row (the `Trajectory`/`Step` schema), so that a bad
+    value is a counted malformed row, never read as a different one."""
+    for key, tp in (("task_id", str), ("env_id", str), ("steps", list), ("meta", dict),
+                    ("instruction", str)):  # fmt: skip
+        if key in row and not isinstance(row[key], tp):
+            raise FieldError(key, f"expected {tp.__name__}, got {row[key]!r:.40}")
+    won = row.get("won", False)
+    if not (isinstance(won, bool) or (isinstance(won, int | float) and won in (0, 1))):
+        raise FieldError("won", f"expected a bool (or 0/1), got {won!r:.40}")
+    seed = row.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise FieldError("seed", f"expected an int or null, got {seed!r:.40}")
+    for i, s in enumerate(row.get("steps", [])):
+        if not isinstance(s, dict):
+            raise FieldError(f"steps[{i}]", f"expected an object, got {s!r:.40}")
+        for key in ("observation", "action"):
+            if not isinstance(s.get(key), str):
+                raise FieldError(f"steps[{i}].{key}", f"expected a string, got {s.get(key)!r:.40}")
+        if "reward" in s:
+            _check_number(f"steps[{i}].reward", s["reward"])
+        for key, tp in (("terminated", bool), ("truncated", bool), ("info", dict)):
+            if key in s and not isinstance(s[key], tp):
+                raise FieldError(f"steps[{i}].{key}", f"expected {tp.__name__}, got {s[key]!r:.40}")
+        if s.get("response") is not None and not isinstance(s["response"], str):
+            raise FieldError(
+                f"steps[{i}].response", f"expected a string, got {s['response']!r:.40}"
+            )
 
 
 def _row_split(row: dict) -> dict:
@@ -253,7 +290,7 @@ def _parse_verl(row: dict, source: SourceConfig) -> Trajectory:
         meta["reward_model"] = reward_model
     t = build_trajectory(parts, "", row["data_source"], _won(extra, source), meta)
     seed = extra.get("seed")
-    if seed is not None and not isinstance(seed, int):
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise FieldError("extra_info.seed", f"expected an int, got {seed!r:.40}")
     t.seed = seed
     tid = extra.get("task_id") or row.get("item_id") or extra.get("index")
@@ -312,16 +349,9 @@ def _parse_arborl(row: dict, source: SourceConfig) -> Trajectory:
                 row = {**row, key: json.loads(row[key])}
             except json.JSONDecodeError as e:
                 raise FieldError(key, f"a string that is not JSON: {e.msg}") from e
-    for key, tp in (("task_id", str), ("env_id", str), ("steps", list), ("meta", dict)):
-        if key in row and not isinstance(row[key], tp):
-            raise FieldError(key, f"expected {tp.__name__}, got {row[key]!r:.40}")
+    _check_arborl_types(row)
     steps = []
     for i, s in enumerate(row.get("steps", [])):
-        if not isinstance(s, dict):
-            raise FieldError(f"steps[{i}]", f"expected an object, got {s!r:.40}")
-        for key in ("observation", "action"):
-            if not isinstance(s.get(key), str):
-                raise FieldError(f"steps[{i}].{key}", f"expected a string, got {s.get(key)!r:.40}")
         try:
             steps.append(Step(**s))
         except TypeError as e:
@@ -330,8 +360,7 @@ def _parse_arborl(row: dict, source: SourceConfig) -> Trajectory:
         t = Trajectory.from_dict({**row, "steps": steps})
     except (TypeError, ValueError) as e:
         raise FieldError("(row)", str(e)) from e
-    if source.won is not None:
-        t.won = source.won
+    t.won = bool(t.won) if source.won is None else source.won
     return t
 
 

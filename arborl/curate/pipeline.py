@@ -1,8 +1,12 @@
 """`run_curation(cfg)`: read -> filter -> score -> dedup -> mix -> split -> export -> report.
 
-Everything is computed before anything is written; then all outputs go to a staging
-folder inside the output folder and are renamed into place at the end, so a failed run
-leaves the previous outputs as they were and no half-written file anywhere.
+Everything is computed before anything is written; then the whole output tree is built
+in a staging folder beside the output folder and swapped in by renaming folders (the old
+tree moves aside first, then the new one takes its name, then the old one is deleted). So
+a failed run leaves the previous outputs exactly as they were, a finished one holds only
+what the current config exports (no stale splits or formats of an earlier run), and no
+half-written file is ever at an output path. Leftovers of a killed run (`.<name>.staging-*`,
+`.<name>.old-*`) are cleaned up, or put back, by the next run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from arborl.curate.exports import export_split
 from arborl.curate.filters import apply_filters
 from arborl.curate.mixing import mix_domains
 from arborl.curate.read import read_sources
-from arborl.curate.records import Record
+from arborl.curate.records import Record, _umask
 from arborl.curate.report import Report
 from arborl.curate.scoring import make_scorer, score_all
 from arborl.curate.splits import assign_splits, check_leaks, input_leaks
@@ -93,12 +97,43 @@ def _warn_empty_splits(report: Report, cfg: CurateConfig) -> None:
         report.warnings.append(f"leak check failed: {lc}")
 
 
+def _recover(out: Path) -> None:
+    """Undo what a kill between the two renames of `_swap_in`, or while staging, left."""
+    old = sorted(out.parent.glob(f".{out.name}.old-*"))
+    if not out.exists() and len(old) == 1 and (old[0] / "tree").is_dir():
+        (old[0] / "tree").rename(out)  # killed between the renames: the old tree is back
+    for leftover in [*old, *out.parent.glob(f".{out.name}.staging-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+    foreign = out.is_dir() and any(out.iterdir()) and not (out / "report.json").exists()
+    if foreign or (out.exists() and not out.is_dir()):
+        raise ValueError(
+            f"output folder {out} exists and is not an `arborl curate` output (no "
+            "report.json); curate replaces the whole folder, so pick a new or empty one "
+            "(--out DIR)"
+        )
+
+
+def _swap_in(staging: Path, out: Path) -> None:
+    """Make `staging` the output folder: old aside, new in, old deleted."""
+    aside = None
+    if out.exists():
+        aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        out.rename(aside / "tree")
+    staging.rename(out)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def write_outputs(records: list[Record], report: Report, cfg: CurateConfig, out: Path) -> None:
-    """Exports per split, report.json, report.txt and config.yaml, staged then renamed."""
+    """Exports per split, report.json, report.txt and config.yaml: the whole tree staged,
+    then swapped in for the previous one (see the module docstring)."""
     import yaml
 
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _recover(out)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
+    os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual folder mode
     try:
         for split in cfg.split.ratios:
             part = [r for r in records if r.split == split]
@@ -113,10 +148,7 @@ def write_outputs(records: list[Record], report: Report, cfg: CurateConfig, out:
         (staging / "report.json").write_text(json.dumps(report.to_dict(), indent=1))
         (staging / "report.txt").write_text(report.table() + "\n")
         (staging / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-            target = out / path.relative_to(staging)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
+        _swap_in(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -2,7 +2,8 @@
 
 A malformed row never stops a lenient run: it is counted with its file, row number, field
 and reason, so the report accounts for every input row. Strict mode raises the first
-`MalformedRow`, before anything is written.
+`MalformedRow`, before anything is written. A file that cannot be read at all (a folder,
+UTF-16, no row that decodes as UTF-8 JSON) raises `UnreadableInput` in both modes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from pathlib import Path
 from arborl.curate.config import SourceConfig
 from arborl.curate.formats import parse_row
 from arborl.curate.records import FieldError, MalformedRow, Record, display_path, iter_rows
+
+UNDECODABLE = ("(encoding)", "(json)")
+"""The fields of rows that could not even be decoded: a file of only these is unreadable."""
+
+
+class UnreadableInput(ValueError):
+    """An input file that cannot be read at all (a folder, a wrong encoding, not JSON):
+    the run fails (exit 1) rather than reporting every row as malformed."""
 
 
 @dataclass
@@ -42,12 +51,15 @@ def read_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -
     out.files.append(shown)
     try:
         rows = list(iter_rows(path))
-    except (OSError, ValueError) as e:  # the whole file is unreadable: one malformed entry
-        bad = MalformedRow(shown, 0, "(file)", f"cannot read the file: {e}")
-        if strict:
-            raise bad from e
-        out.malformed.append(bad)
-        return
+    except (OSError, ValueError, RecursionError) as e:  # e.g. a folder, UTF-16, bad parquet
+        raise UnreadableInput(f"{shown}: cannot read the file ({type(e).__name__}: {e})") from e
+    if rows and all(isinstance(r, FieldError) and r.field in UNDECODABLE for _, r in rows):
+        first = rows[0][1]
+        raise UnreadableInput(
+            f"{shown}: no row is readable ({len(rows)} of {len(rows)} fail, the first at row "
+            f"{rows[0][0]}: {first.reason}); is it UTF-8 JSON Lines? (UTF-16 and latin-1 "
+            "files need converting: iconv -f latin1 -t utf-8)"
+        )
     for row_no, row in rows:
         try:
             traj = parse_row(row, source)

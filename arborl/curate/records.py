@@ -90,20 +90,34 @@ def display_path(path: str | os.PathLike) -> str:
         return str(path)
 
 
+def _jsonl_row(raw: bytes) -> Any:
+    """One JSONL line as a row, or a `FieldError` for bytes that are not UTF-8 or not
+    JSON (never decoded with replacement characters: that would alter the text)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return FieldError(
+            "(encoding)", f"not UTF-8: byte {raw[e.start]:#04x} at column {e.start + 1}"
+        )
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        return FieldError("(json)", f"not valid JSON: {e.msg} at column {e.colno}")
+    except RecursionError:
+        return FieldError("(json)", "nested too deeply")
+
+
 def iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """(row number, raw row) of a .jsonl (line numbers), .json list or .parquet (1-based).
-    A line that is not JSON yields a `FieldError` in place of the row."""
+    A line that is not UTF-8 or not JSON yields a `FieldError` in place of the row; a
+    file that cannot be read at all raises `OSError` or `ValueError`."""
     if path.suffix == ".jsonl":
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as e:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if raw.strip():
                     yield (
                         lineno,
-                        FieldError("(json)", f"not valid JSON: {e.msg} at column {e.colno}"),
+                        _jsonl_row(raw.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else raw),
                     )
     elif path.suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))

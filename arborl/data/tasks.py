@@ -82,13 +82,33 @@ def read_task_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
 
         rows = pq.read_table(path).to_pylist()
     elif path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = _jsonl_rows(path)
     else:
         raise ValueError(f"task file {str(path)!r} has suffix {path.suffix!r}; use .parquet")
-    for r in rows:
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path} row {i}: expected a JSON object, got {type(r).__name__}")
         for key in ("reward_model", "extra_info"):
             if isinstance(r.get(key), str):
-                r[key] = json.loads(r[key])
+                try:
+                    r[key] = json.loads(r[key])
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} row {i}: {key} is a string but not JSON: {e}") from e
+    return rows
+
+
+def _jsonl_rows(path: Path) -> list[Any]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e}); convert it to UTF-8") from e
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
     return rows
 
 
@@ -106,6 +126,8 @@ def read_task_seeds(path: str | os.PathLike, env_id: str, env_split: str) -> lis
         if r.get("data_source") != env_id:
             continue
         extra = r.get("extra_info") or {}
+        if not isinstance(extra, dict):
+            raise ValueError(f"{where}: extra_info must be an object, got {extra!r:.40}")
         if extra.get("seed") is None:
             raise ValueError(
                 f"{where}: extra_info.seed is missing; arborl envs need a reset seed per task "
@@ -117,7 +139,13 @@ def read_task_seeds(path: str | os.PathLike, env_id: str, env_split: str) -> lis
                 f"{where}: extra_info.env_split={split!r} but env.train_split={env_split!r}; "
                 f"the seed draws a different task on another split: set env.train_split={split}"
             )
-        seeds.append(int(extra["seed"]))
+        seed = extra["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(
+                f"{where}: extra_info.seed={seed!r} is not an integer (a seed is never "
+                "rounded: 1.7 or true would silently name another task)"
+            )
+        seeds.append(seed)
     if not seeds:
         sources = sorted({str(r.get("data_source")) for r in rows})
         raise ValueError(

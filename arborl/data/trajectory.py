@@ -146,12 +146,14 @@ def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
     if not path.exists():
         raise FileNotFoundError(f"trajectory file {str(path)!r} does not exist")
     if path.suffix == ".jsonl":
-        with open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.strip():
                     continue
                 try:
-                    yield Trajectory.from_dict(json.loads(line))
+                    yield Trajectory.from_dict(json.loads(raw.decode("utf-8")))
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not UTF-8 text ({e})") from e
                 except (json.JSONDecodeError, TypeError, ValueError) as e:
                     raise ValueError(f"{path}:{lineno}: not a trajectory record: {e}") from e
     elif path.suffix == ".parquet":

@@ -71,7 +71,7 @@ def load_sharded(role, directory: Path) -> None:
         )
     if role.ref is not None:
         set_model_state_dict(role.ref, state["reference"])
-    sched = torch.load(path / SCHEDULER_FILE, weights_only=False)
+    sched = torch.load(path / SCHEDULER_FILE, weights_only=True)
     role.sched.load_state_dict(sched["scheduler"])
 
 

@@ -249,7 +249,8 @@ class RolloutRole:
         c = self.cfg
         return evaluate_share(
             self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-            share["seeds"], share["seed"], c.env.eval_split, c.eval.save_episodes,
+            share["seeds"], share["seed"], c.env.eval_split, c.env.pool_mode,
+            build.pool_options(c), keep_episodes=c.eval.save_episodes,
         )  # fmt: skip
 
 

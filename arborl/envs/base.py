@@ -147,9 +147,23 @@ class TextEnv:
             info["potential"] = float(phi)
         return info
 
+    def _resolve_seed(self, seed: int | None) -> int | None:
+        """The seed of this reset: `seed`, or (for `reset()` after a seeded reset) the next
+        draw of a stream started by that seed, so `reset(seed=s); reset()` replays the same
+        episodes every time, as Gymnasium's checker requires. Never seeded: None (entropy)."""
+        import random
+
+        stream = getattr(self, "_seed_stream", None)
+        if seed is None and stream is not None:
+            seed = stream.getrandbits(63)
+        if seed is not None:
+            self._seed_stream = random.Random(seed)
+        return seed
+
     def reset(self, seed: int | None = None, options: dict | None = None):
         import random
 
+        seed = self._resolve_seed(seed)
         options = options or {}
         task = options.get("task")
         if task is None:

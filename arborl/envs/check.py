@@ -196,8 +196,10 @@ class _Checker:
 
     def check_truncation(self, s: int) -> None:
         max_turns = getattr(self.env, "max_turns", None)
+        if max_turns is None:
+            return  # no turn limit of its own: `register(..., max_turns=N)` adds one in `make`
         if not isinstance(max_turns, int) or max_turns < 1:
-            self.fail(f"env.max_turns must be a positive int, got {max_turns!r}")
+            self.fail(f"env.max_turns must be a positive int or absent, got {max_turns!r}")
             return
         self.reset(s, where=f"reset(seed={s})")
         for turn in range(1, max_turns + 1):

@@ -163,15 +163,36 @@ def _check_kwargs(env_id: str, creator: Any, kwargs: dict[str, Any]) -> None:
         )
 
 
+def _accepts(creator: Any, name: str) -> bool:
+    """Does `creator` take the keyword `name` (or any keyword)? True when unknowable."""
+    try:
+        sig = inspect.signature(creator)
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in sig.parameters.values()
+    )
+
+
 def make(id: str, **kwargs: Any) -> Any:
     """Build the env registered as `id`; `kwargs` override the spec's defaults."""
     env_spec = spec(id)
     creator = env_spec.load()
     all_kwargs = {**env_spec.kwargs, **kwargs}
+    limit = None  # the framework's turn limit, for an env that does not take `max_turns`
     if env_spec.max_turns is not None and "max_turns" not in all_kwargs:
-        all_kwargs["max_turns"] = env_spec.max_turns
+        if _accepts(creator, "max_turns"):
+            all_kwargs["max_turns"] = env_spec.max_turns
+        else:
+            limit = env_spec.max_turns
     _check_kwargs(id, creator, all_kwargs)
     env = creator(**all_kwargs)
+    if limit is not None:
+        from arborl.envs.wrappers import TurnLimit
+
+        env = TurnLimit(env, limit)
     try:
         env.env_id = id  # a preset (Game24 on CountdownEnv) reports the id it was made as
     except AttributeError:
@@ -182,21 +203,36 @@ def make(id: str, **kwargs: Any) -> Any:
 # --- Gymnasium mirror ---------------------------------------------------------------------
 
 
+MAX_TEXT_LENGTH = 1 << 20
+"""Longest observation or action the Gymnasium mirror's spaces contain (characters)."""
+
+
 @functools.cache
 def _gym_wrapper_class() -> type:
     """Build the `gymnasium.Env` wrapper class on first use (keeps gymnasium import lazy)."""
     import gymnasium
     from gymnasium.spaces import Text
 
+    class AnyText(Text):
+        """`Text` of any characters: Gymnasium's default charset is alphanumeric, so the
+        boards, punctuation and newlines of text envs would be "not in the space".
+        `sample()` still draws from the default charset (a valid string of this space)."""
+
+        def contains(self, x: Any) -> bool:
+            return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+        def __repr__(self) -> str:
+            return f"AnyText({self.min_length}, {self.max_length})"
+
     class GymTextEnv(gymnasium.Env):
-        """A `gymnasium.Env` over an arborl text env; spaces are `Text`."""
+        """A `gymnasium.Env` over an arborl text env; spaces are `AnyText`."""
 
         metadata = {"render_modes": []}
 
         def __init__(self, arborl_id: str, **kwargs: Any) -> None:
             self.env = make(arborl_id, **kwargs)
-            self.observation_space = Text(max_length=1 << 20)
-            self.action_space = Text(max_length=1 << 20)
+            self.observation_space = AnyText(max_length=MAX_TEXT_LENGTH)
+            self.action_space = AnyText(max_length=MAX_TEXT_LENGTH)
 
         def reset(self, *, seed: int | None = None, options: dict | None = None):
             super().reset(seed=seed)

@@ -23,7 +23,7 @@ import numpy as np
 from arborl.agent import AgentConfig
 from arborl.data.batch import Batch
 from arborl.data.trajectory import Trajectory
-from arborl.envs import EnvPool, Pool
+from arborl.envs import Pool, make_pool
 from arborl.generation.base import GenerationBackend
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig
@@ -53,10 +53,20 @@ def draw_seeds(num_tasks: int, seed: int | None) -> list[int]:
 
 
 def _resolve_pool(
-    pool_or_env_id: Pool | str, num_envs: int, split: str, env_kwargs: dict[str, Any]
+    pool_or_env_id: Pool | str,
+    num_envs: int,
+    split: str,
+    env_kwargs: dict[str, Any],
+    pool_mode: str = "inproc",
+    pool_options: dict[str, Any] | None = None,
 ) -> tuple[Pool, str]:
+    """A pool given, or one built for an env id in `pool_mode` (`arborl.envs.make_pool`;
+    "auto": the env package's preferred mode), so evaluation and the CLI isolate envs
+    exactly as training does."""
     if isinstance(pool_or_env_id, str):
-        return EnvPool(pool_or_env_id, num_envs, split=split, **env_kwargs), pool_or_env_id
+        mode = None if pool_mode == "auto" else pool_mode
+        opts = {**(pool_options or {}), **env_kwargs}
+        return make_pool(pool_or_env_id, num_envs, mode, split=split, **opts), pool_or_env_id
     pool = pool_or_env_id
     if len(pool) != num_envs:
         raise ValueError(
@@ -125,30 +135,8 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
         ep.end("episode_tokens")
 
 
-def run_episodes_with_policy(
-    policy: Policy,
-    pool_or_env_id: Pool | str,
-    seeds: Sequence[int] | None,
-    cfg: RolloutConfig,
-    split: str = "train",
-    env_kwargs: dict[str, Any] | None = None,
-    options: dict | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> RolloutResult:
-    """Run `len(seeds) x cfg.group_size` episodes with any `Policy` (LM, random, oracle).
-
-    `seeds` (one per task; None draws `cfg.num_tasks` from `cfg.seed`) and a pool of the
-    right size or an env id (a pool is then built with `split` and `env_kwargs`).
-    `progress(n)` is called with the number of episodes that finished in each turn.
-    Returns trajectories and stats; `batch` is None (see `run_rollout` for tokens).
-    """
-    start = time.perf_counter()
-    seeds = list(seeds) if seeds is not None else draw_seeds(cfg.num_tasks, cfg.seed)
-    if not seeds:
-        raise ValueError("seeds is empty; pass at least one task seed (or seeds=None)")
-    pool, env_id = _resolve_pool(
-        pool_or_env_id, len(seeds) * cfg.group_size, split, env_kwargs or {}
-    )
+def _run_turns(policy: Policy, pool: Pool, seeds, cfg: RolloutConfig, options, progress):
+    """Reset the pool and step the live episodes until every one has ended."""
     episodes = _start_episodes(pool, seeds, cfg, options)
     while live := [ep for ep in episodes if not ep.done]:
         decisions = policy.act(live, [pool[ep.index] for ep in live])
@@ -168,8 +156,42 @@ def run_episodes_with_policy(
                 _apply(ep, d, results[ep.index], cfg)
         if progress is not None:
             progress(sum(ep.done for ep in live))
-    if isinstance(pool_or_env_id, str):
-        pool.close()
+    return episodes
+
+
+def run_episodes_with_policy(
+    policy: Policy,
+    pool_or_env_id: Pool | str,
+    seeds: Sequence[int] | None,
+    cfg: RolloutConfig,
+    split: str = "train",
+    env_kwargs: dict[str, Any] | None = None,
+    options: dict | None = None,
+    progress: Callable[[int], None] | None = None,
+    pool_mode: str = "inproc",
+    pool_options: dict[str, Any] | None = None,
+) -> RolloutResult:
+    """Run `len(seeds) x cfg.group_size` episodes with any `Policy` (LM, random, oracle).
+
+    `seeds` (one per task; None draws `cfg.num_tasks` from `cfg.seed`) and a pool of the
+    right size or an env id (a pool is then built with `split` and `env_kwargs`, in
+    `pool_mode` with `pool_options` such as `timeout_s` and `max_env_errors`).
+    `progress(n)` is called with the number of episodes that finished in each turn.
+    Returns trajectories and stats; `batch` is None (see `run_rollout` for tokens).
+    """
+    start = time.perf_counter()
+    seeds = list(seeds) if seeds is not None else draw_seeds(cfg.num_tasks, cfg.seed)
+    if not seeds:
+        raise ValueError("seeds is empty; pass at least one task seed (or seeds=None)")
+    pool, env_id = _resolve_pool(
+        pool_or_env_id, len(seeds) * cfg.group_size, split, env_kwargs or {}, pool_mode,
+        pool_options,
+    )  # fmt: skip
+    try:
+        episodes = _run_turns(policy, pool, seeds, cfg, options, progress)
+    finally:
+        if isinstance(pool_or_env_id, str):
+            pool.close()
     wall = time.perf_counter() - start
     meta = {"policy": policy.name, "split": split}
     trajectories = [to_trajectory(ep, env_id, meta) for ep in episodes]
@@ -190,10 +212,15 @@ def collect_episodes(
     chunk_episodes: int = 64,
     env_kwargs: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    pool_mode: str = "inproc",
+    pool_options: dict[str, Any] | None = None,
+    on_chunk: Callable[[list[Trajectory]], None] | None = None,
 ) -> RolloutResult:
     """`num_episodes` episodes (`cfg.group_size` per task) in chunks of about
     `chunk_episodes`, so memory stays flat however many are asked for. Task seeds are drawn
     once from `seed`; the same `seed` gives the same tasks to every policy (paired evals).
+    Envs run in `pool_mode` (see `run_episodes_with_policy`); `on_chunk(trajectories)` is
+    called as each chunk finishes (e.g. to write them out incrementally).
     Returns trajectories, episodes and stats over all chunks (`batch` is None)."""
     g = cfg.group_size
     if num_episodes < 1 or num_episodes % g:
@@ -208,9 +235,12 @@ def collect_episodes(
         # An LM policy's per-call sampling seed advances with its call count, so
         # chunks never repeat each other's samples.
         part = run_episodes_with_policy(
-            policy, env_id, seeds[c : c + per_chunk], cfg, split, env_kwargs, progress=progress
-        )
+            policy, env_id, seeds[c : c + per_chunk], cfg, split, env_kwargs, progress=progress,
+            pool_mode=pool_mode, pool_options=pool_options,
+        )  # fmt: skip
         parts.append(part)
+        if on_chunk is not None:
+            on_chunk(part.trajectories)
     episodes = [ep for p in parts for ep in p.episodes]
     stats = episode_stats(episodes, time.perf_counter() - start)
     for key in ("prompt_truncations", "generate_calls"):

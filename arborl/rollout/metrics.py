@@ -36,7 +36,8 @@ def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     """Aggregate figures of finished `EpisodeState`s.
 
     success_rate (+ success_ci_low/high, Wilson 95%), mean_return, mean_turns,
-    invalid_action_rate and format_ok_rate (over turns), truncated_rate, episodes, turns,
+    invalid_action_rate and format_ok_rate (over turns), truncated_rate, env_errors
+    (episodes an env fault ended), episodes, turns,
     generated_tokens, wall_s, tokens_per_s and turns_per_s.
     """
     turns = [t for ep in episodes for t in ep.turns]
@@ -53,6 +54,7 @@ def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
         "invalid_action_rate": _mean([0.0 if t.valid_action else 1.0 for t in turns]),
         "format_ok_rate": _mean([1.0 if t.format_ok else 0.0 for t in turns]),
         "truncated_rate": _mean([1.0 if ep.truncated else 0.0 for ep in episodes]),
+        "env_errors": float(sum(ep.truncation_reason == "env_error" for ep in episodes)),
         "episodes": float(len(episodes)),
         "turns": float(len(turns)),
         "generated_tokens": float(tokens),

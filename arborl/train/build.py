@@ -85,11 +85,18 @@ def build_kl_controller(cfg: TrainConfig):
     return algos.make_kl_controller("fixed", a.kl_coef)
 
 
+def pool_options(cfg: TrainConfig) -> dict[str, float]:
+    """The per-call deadline and error budget of the run's env pools (`env.timeout_s`,
+    `env.max_env_errors`), for training and evaluation pools alike."""
+    return {"timeout_s": cfg.env.timeout_s, "max_env_errors": cfg.env.max_env_errors}
+
+
 def build_train_pool(cfg: TrainConfig, num_envs: int | None = None):
     """The training env pool in `env.pool_mode` (default: one env per episode of a step)."""
     n = num_envs if num_envs is not None else cfg.rollout.num_tasks * cfg.rollout.group_size
     mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
-    return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **cfg.env.kwargs)
+    opts = {**pool_options(cfg), **cfg.env.kwargs}
+    return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **opts)
 
 
 def scheduler_step(sched) -> float:

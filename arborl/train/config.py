@@ -60,6 +60,14 @@ class EnvConfig:
     processes, in Ray actors or behind local HTTP env servers; "auto" takes an env
     package's preferred mode (`arborl env add`). Out-of-process envs of a package run in
     its isolated interpreter (`arborl env setup ID` first)."""
+    timeout_s: float = field(default=30.0, metadata={"min": 0.001})
+    """Seconds one call to an out-of-process env (reset, step) may take before it counts
+    as an env error (pool modes subprocess, ray, http; in-process calls cannot time out)."""
+    max_env_errors: int = field(default=100, metadata={"min": 0})
+    """Episodes ended by env errors (crashed or timed-out env workers) that a run
+    tolerates: they are left out of the advantage groups and the loss, counted per step
+    as `rollout/env_errors`, and past this many the run stops with an error (also each
+    pool's limit on failed env calls)."""
 
 
 @dataclass

@@ -187,7 +187,8 @@ class LocalEngine:
         self.model.eval()
         return evaluate_policy(
             self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-            num_episodes=num_episodes, split=c.env.eval_split, keep_episodes=c.eval.save_episodes,
+            num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,
+            pool_options=build.pool_options(c), keep_episodes=c.eval.save_episodes,
         )  # fmt: skip
 
     def save(self, directory: Path) -> dict[str, Any]:

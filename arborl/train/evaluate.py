@@ -26,18 +26,26 @@ def evaluate_share(
     seeds: list[int],
     sample_seed: int,
     split: str = "test",
+    pool_mode: str = "inproc",
+    pool_options: dict | None = None,
     keep_episodes: int = 0,
 ) -> dict:
-    """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins` and the mean of
-    each of `STAT_KEYS`, plus `sample`: the first `keep_episodes` trajectories (for the
-    report). One engine worker's share of an evaluation; `summarize_eval` combines shares."""
+    """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins`, `env_errors`
+    and the mean of each of `STAT_KEYS`, plus `sample`: the first `keep_episodes`
+    trajectories (for the report). One engine worker's share of an evaluation;
+    `summarize_eval` combines shares. The envs run in `pool_mode` (the run's
+    `env.pool_mode`, so a packaged env is evaluated where it is trained)."""
     n = len(seeds)
     cfg = replace(
         rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=sample_seed
     )
     policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
-    res = run_episodes_with_policy(policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs)
+    res = run_episodes_with_policy(
+        policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs, pool_mode=pool_mode,
+        pool_options=pool_options,
+    )  # fmt: skip
     out = {"episodes": float(n), "wins": float(sum(t.won for t in res.trajectories))}
+    out["env_errors"] = float(res.stats.get("env_errors", 0.0))
     out.update({k: float(res.stats[k]) for k in STAT_KEYS if k in res.stats})
     if keep_episodes:
         out["sample"] = res.trajectories[:keep_episodes]
@@ -54,6 +62,7 @@ def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
     wins = int(sum(s["wins"] for s in shares))
     lo, hi = wilson_interval(wins, n)
     out = {"success": wins / n, "success_lo": lo, "success_hi": hi, "episodes": float(n)}
+    out["env_errors"] = float(sum(s.get("env_errors", 0.0) for s in shares))
     for k in STAT_KEYS:
         if shares and all(k in s for s in shares):
             # One share: its mean as is (a weighted mean of one would round differently).
@@ -75,15 +84,18 @@ def evaluate_policy(
     eval_cfg,
     num_episodes: int | None = None,
     split: str = "test",
+    pool_mode: str = "inproc",
+    pool_options: dict | None = None,
     keep_episodes: int = 0,
 ) -> dict:
     """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate on
-    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed` (and the
-    first `keep_episodes` trajectories as `sample`)."""
+    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`, with the
+    envs in `pool_mode` (and the first `keep_episodes` trajectories as `sample`)."""
     n = num_episodes or eval_cfg.num_episodes
     share = evaluate_share(
         backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg, eval_cfg,
-        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split, keep_episodes,
+        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split, pool_mode, pool_options,
+        keep_episodes,
     )  # fmt: skip
     return summarize_eval([share], keep_episodes)
 

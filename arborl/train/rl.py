@@ -95,6 +95,23 @@ def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor |
     return train, metrics
 
 
+def drop_env_errors(batch, trajectories: list) -> tuple:
+    """The step's rows and trajectories without the episodes an env fault ended
+    (`truncation_reason == "env_error"`: a crashed or timed-out worker says nothing about
+    the policy), and how many there were. Their groups shrink; a group left with one
+    member gets zero advantage from every group estimator, i.e. no signal."""
+    bad = {
+        t.meta.get("traj_id")
+        for t in trajectories
+        if t.meta.get("truncation_reason") == "env_error"
+    }
+    if not bad:
+        return batch, trajectories, 0
+    keep = ~np.isin(batch.meta["traj_id"].astype(str), [str(b) for b in bad])
+    kept = [t for t in trajectories if t.meta.get("traj_id") not in bad]
+    return batch[torch.as_tensor(keep)], kept, len(bad)
+
+
 ACTOR_KEYS = ("input_ids", "attention_mask", "response_mask", "old_logp", "adv", "weight")
 CRITIC_KEYS = ("input_ids", "attention_mask", "response_mask", "returns", "old_values")
 SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
@@ -110,6 +127,12 @@ class RLTrainer:
             engine_cls = ENGINES.get(cfg.trainer.backend)
         except UnknownNameError as e:  # a config error, reported before any work
             raise ConfigError(str(e)) from None
+        if cfg.trainer.resume is not None and not cfg.trainer.name:
+            raise ConfigError(
+                f"trainer.resume={cfg.trainer.resume} needs the run's name, else a new "
+                "timestamped run starts from scratch; name the run folder under "
+                f"trainer.output_dir={cfg.trainer.output_dir}: trainer.name=<folder>"
+            )
         check = getattr(engine_cls, "check_config", None)
         if check is not None:  # an engine's own settings fail before any work
             check(cfg)
@@ -126,6 +149,10 @@ class RLTrainer:
         self.step = 0
         self.env_steps = 0
         self.bad_steps = 0
+        self.env_errors = 0
+        """Episodes ended by env errors so far (bounded by env.max_env_errors)."""
+        self.saved_step: int | None = None
+        """The step of the newest checkpoint this run wrote or resumed from."""
         self.history: dict[str, list] = {"train": [], "eval": []}
         self.callbacks: list[Callable[[RLTrainer], None]] = []
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
@@ -151,18 +178,13 @@ class RLTrainer:
         if c.trainer.one_step_off and self.step + 1 < c.trainer.total_steps:
             upcoming = self.plan(self.step + 1)
         out = self.engine.rollout(plan, upcoming)
-        batch, trajectories = out.batch, out.trajectories
         t_roll = time.perf_counter() - t0
-        self.env_steps += len(batch)
-        rewards, metrics = batch_rewards(
-            batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
-        )
+        self.env_steps += len(out.batch)
+        batch, trajectories, num_errors = drop_env_errors(out.batch, out.trajectories)
+        self._count_env_errors(num_errors)
         temperature = plan.rollout.temperature
-        if a.kl_coef > 0:
-            batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
-        values = self.engine.values(batch) if needs_critic(c) else None
-        train, adv_metrics = attach_advantages(batch, rewards, a, values)
-        metrics.update(adv_metrics)
+        train, metrics = self._advantages(batch, trajectories, temperature)
+        metrics["rollout/env_errors"] = float(num_errors)
         t1 = time.perf_counter()
         if len(train):
             keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
@@ -189,11 +211,44 @@ class RLTrainer:
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
-                trajectories[: c.trainer.save_trajectories],
+                out.trajectories[: c.trainer.save_trajectories],
             )
         for fn in self.callbacks:
             fn(self)
         return metrics
+
+    def _advantages(self, batch, trajectories, temperature: float):
+        """Rewards, reference log-probs, values and advantages of the step's rows; the
+        rows to train on and the metrics (nothing to score when every episode failed)."""
+        c = self.cfg
+        if not len(batch):
+            return batch, {"train/rows_with_signal": 0.0}
+        rewards, metrics = batch_rewards(
+            batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
+        )
+        if c.algo.kl_coef > 0:
+            batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
+        values = self.engine.values(batch) if needs_critic(c) else None
+        train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
+        return train, {**metrics, **adv_metrics}
+
+    def _count_env_errors(self, num_errors: int) -> None:
+        if not num_errors:
+            return
+        self.env_errors += num_errors
+        budget = self.cfg.env.max_env_errors
+        log.warning(
+            "step %d: %d episode(s) ended by an env error, left out of the update "
+            "(%d of env.max_env_errors=%d in this run)",
+            self.step, num_errors, self.env_errors, budget,
+        )  # fmt: skip
+        if self.env_errors > budget:
+            raise TrainingAborted(
+                f"{self.env_errors} episodes ended by env errors (crashed or timed-out env "
+                f"workers), more than env.max_env_errors={budget}; the run stops here. Check "
+                "the env (or its servers' logs), raise env.timeout_s for slow envs, or raise "
+                "env.max_env_errors if failures are expected"
+            )
 
     def _step_metrics(self, s: dict, t_roll: float, t_update: float, lr: float) -> dict:
         """The per-step metrics every engine logs (`s`: the rollout's episode stats)."""
@@ -249,12 +304,15 @@ class RLTrainer:
             "generator": self.gen.get_state(),
             "env_steps": self.env_steps,
             "bad_steps": self.bad_steps,
+            "env_errors": self.env_errors,
             "kl_coef": self.kl_ctl.value,
             "history": self.history,
         }
-        return write_checkpoint(
+        path = write_checkpoint(
             self.run.path, self.step, self.engine.save, state, self.cfg.trainer.keep_checkpoints
         )
+        self.saved_step = self.step
+        return path
 
     def load(self, ckpt: Path) -> None:
         st = load_state(ckpt)
@@ -268,8 +326,10 @@ class RLTrainer:
         self.engine.load(Path(ckpt), st)
         self.gen.set_state(st["generator"])
         self.step, self.env_steps, self.bad_steps = st["step"], st["env_steps"], st["bad_steps"]
+        self.env_errors = st.get("env_errors", 0)
         self.kl_ctl.value = st["kl_coef"]
         self.history = st["history"]
+        self.saved_step = self.step
         self.engine.sync_weights()
 
     # --- the run ------------------------------------------------------------------------
@@ -304,6 +364,7 @@ class RLTrainer:
         if ckpt is not None:
             self.load(ckpt)
             log.info("resumed from %s at step %d", ckpt, self.step)
+            logger.rewind(self.step)
             logger.bar.update(self.step)
         else:
             before = self.evaluate()
@@ -332,7 +393,8 @@ class RLTrainer:
                 self.write_report()
             if c.trainer.save_every and self.step % c.trainer.save_every == 0:
                 self.save()
-        self.save()
+        if self.saved_step != self.step:  # the final step is saved once
+            self.save()
         after = self.evaluate()
         self.history["after"] = after
         self.history["eval"].append((self.step, after["success"]))

@@ -45,6 +45,9 @@ class RunDir:
     metrics_path: Path = field(init=False)
     _tb: Any = field(default=None, init=False, repr=False)
     _handler: logging.Handler | None = field(default=None, init=False, repr=False)
+    purge_step: int | None = field(default=None, init=False, repr=False)
+    """Set by `MetricsLogger.rewind`: TensorBoard hides events of this step and later
+    from earlier writers (a resumed run replays them)."""
 
     def __post_init__(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -66,7 +69,7 @@ class RunDir:
         if self._tb is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.path / "tb"))
+            self._tb = SummaryWriter(log_dir=str(self.path / "tb"), purge_step=self.purge_step)
         return self._tb
 
     def close(self) -> None:
@@ -123,6 +126,25 @@ class MetricsLogger:
         if advance:
             self.bar.update(advance)
 
+    def rewind(self, step: int) -> None:
+        """Forget what was logged after `step` (a resume from the step-`step` checkpoint
+        replays it): `metrics.jsonl` keeps records up to `step` except a finished run's
+        final evaluation, and TensorBoard purges later steps, so each step is held once."""
+        self._file.close()
+        keep = [
+            r
+            for r in read_metrics(self.run.metrics_path)
+            if r.get("step", 0) <= step and not any(k.startswith("eval/final_") for k in r)
+        ]
+        tmp = self.run.metrics_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        tmp.replace(self.run.metrics_path)
+        self._file = open(self.run.metrics_path, "a")  # noqa: SIM115 - closed in close()
+        if self.run._tb is not None:
+            self.run._tb.close()
+            self.run._tb = None
+        self.run.purge_step = step + 1
+
     def close(self) -> None:
         self.bar.close()
         self._file.close()
@@ -133,6 +155,8 @@ class MetricsLogger:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl file (a torn last line from a kill is skipped)."""
     out = []
+    if not Path(path).exists():
+        return out
     for line in Path(path).read_text().splitlines():
         try:
             out.append(json.loads(line))

@@ -92,3 +92,45 @@ def test_help_strings():
         with pytest.raises(SystemExit) as e:
             main([cmd, "--help"])
         assert e.value.code == 0
+
+
+def _rollout(out, *extra):
+    return main(["rollout", "--policy", "random", "--env", "arborl/Maze-v0", "--max-turns", "3",
+                 "--out", str(out), "--no-progress", *extra])  # fmt: skip
+
+
+def test_a_killed_rollout_keeps_finished_chunks_in_a_file_marked_partial(tmp_path, monkeypatch):
+    import arborl.rollout.engine as engine
+
+    real, calls = engine.run_episodes_with_policy, []
+
+    def dies_on_third_chunk(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # stands in for a kill mid-run
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine, "run_episodes_with_policy", dies_on_third_chunk)
+    out = tmp_path / "r.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        _rollout(out, "--num-episodes", "6", "--chunk-episodes", "2")
+    partial = tmp_path / "r.partial.jsonl"
+    assert not out.exists() and len(read_trajectories(partial)) == 4
+    monkeypatch.setattr(engine, "run_episodes_with_policy", real)
+    assert _rollout(out, "--num-episodes", "6", "--chunk-episodes", "2") == 0
+    assert len(read_trajectories(out)) == 6 and not partial.exists()
+
+
+def test_rollout_and_eval_run_envs_in_the_pool_mode_asked_for(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert _rollout(out, "--num-episodes", "2", "--pool-mode", "subprocess") == 0
+    trajs = read_trajectories(out)
+    assert len(trajs) == 2 and all(t.meta["truncation_reason"] != "env_error" for t in trajs)
+    doc = tmp_path / "e.json"
+    code = main(["eval", "--policy", "oracle", "--env", "arborl/Maze-v0", "--num-episodes", "2",
+                 "--pool-mode", "subprocess", "--no-baselines", "--json", str(doc)])  # fmt: skip
+    assert code == 0
+    assert json.loads(doc.read_text())["rows"][0]["success_rate"] == 1.0
+    with pytest.raises(SystemExit):
+        _rollout(out, "--pool-mode", "carrier-pigeon")
+    assert "invalid choice: 'carrier-pigeon'" in capsys.readouterr().err

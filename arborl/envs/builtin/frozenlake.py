@@ -55,6 +55,7 @@ class FrozenLakeEnv(TextEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         # A separate stream from the task sampler, so slips do not depend on the draw count.
+        seed = self._resolve_seed(seed)
         self._slip_rng = random.Random(None if seed is None else f"slip:{seed}")
         return super().reset(seed=seed, options=options)
 
