@@ -289,12 +289,13 @@ class RLTrainer:
             )
         return ev
 
-    def write_report(self) -> None:
-        """(Re)write `report.html` from what the run dir holds now (`trainer.report`)."""
+    def write_report(self, baselines: bool = True) -> None:
+        """(Re)write `report.html` from what the run dir holds now (`trainer.report`);
+        `baselines`: compute the random/oracle lines if not cached yet."""
         if self.cfg.trainer.report:
             from arborl.report import write_report
 
-            write_report([self.run.path])
+            write_report([self.run.path], baselines=baselines)
 
     # --- checkpoints --------------------------------------------------------------------
     def save(self) -> Path:
@@ -347,7 +348,7 @@ class RLTrainer:
         try:
             return self._fit(logger)
         except Exception:
-            self.write_report()  # a crashed run's report shows what it has (metrics are flushed)
+            self.write_report(baselines=False)  # a crashed run shows what it has, at once
             raise
         finally:
             logger.close()
