@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "arborl.train": 4,
     "arborl.distributed": 4,
     "arborl.curate": 4,
+    "arborl.report": 4,  # report.html: reads run dirs; train writes it (train -> report)
     # 5: the command line, and `python -m arborl` should it ever exist.
     "arborl.cli": 5,
     "arborl.__main__": 5,

@@ -25,6 +25,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("rm", "arborl.cli.rm_cmd"),
     ("curate", "arborl.cli.curate_cmd"),
     ("env", "arborl.cli.env_cmd"),
+    ("report", "arborl.cli.report_cmd"),
     ("config", "arborl.cli.config_cmd"),
 ]
 

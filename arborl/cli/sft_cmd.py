@@ -39,6 +39,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"\nrun: {summary['run_dir']}  ({cfg.sft.steps} SFT steps, final loss {loss:.4f})")
     print(f"policy: {summary['policy']}")
     print(format_success("held-out success after SFT", summary["after"]))
+    report = Path(summary["run_dir"]) / "report.html"
+    if report.exists():
+        print(f"report: {report}")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -33,6 +34,9 @@ def _run(args: argparse.Namespace) -> int:
     if b:
         print(format_success("held-out success before RL", b))
     print(format_success("held-out success after RL ", a))
+    report = Path(summary["run_dir"]) / "report.html"
+    if report.exists():
+        print(f"report: {report}  (open it in a browser; `arborl report` rebuilds it)")
     return 0
 
 

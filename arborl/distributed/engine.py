@@ -243,7 +243,8 @@ class RayEngine:
             {"seeds": s, "seed": worker_seed(c.eval.seed, w, 3)}
             for w, (_, s) in enumerate(shares(seeds, len(self.fleet)))
         ]
-        return summarize_eval(self.fleet.call("evaluate", parts, self.version))
+        results = self.fleet.call("evaluate", parts, self.version)
+        return summarize_eval(results, c.eval.save_episodes)
 
     # --- checkpoints ------------------------------------------------------------------
     def save(self, directory: Path) -> dict[str, Any]:

@@ -250,7 +250,7 @@ class RolloutRole:
         return evaluate_share(
             self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
             share["seeds"], share["seed"], c.env.eval_split, c.env.pool_mode,
-            build.pool_options(c),
+            build.pool_options(c), keep_episodes=c.eval.save_episodes,
         )  # fmt: skip
 
 

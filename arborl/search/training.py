@@ -116,4 +116,6 @@ def tree_rollout(
     meta = {"policy": "lm", "split": split, "mode": "tree", "search": search_cfg.algo}
     env_id = getattr(pool[0], "env_id", "")
     trajectories = [to_trajectory(ep, env_id, meta) for ep in episodes]
+    if trajectories:  # the first tree, whole, for the run report's tree view
+        trajectories[0].meta["search_tree"] = results[0].to_dict()
     return RolloutResult(batch=batch, trajectories=trajectories, stats=stats, episodes=episodes)

@@ -199,6 +199,9 @@ class EvalConfig:
     """Sampling temperature of evaluation (0 = greedy)."""
     seed: int = 12345
     """Seed that draws the evaluation tasks (the same tasks before and after RL)."""
+    save_episodes: int = field(default=16, metadata={"min": 0})
+    """Episodes of each evaluation written to `eval_episodes/step-N.jsonl` for the
+    report (0: none)."""
 
 
 @dataclass
@@ -230,6 +233,12 @@ class TrainerConfig:
     """Episodes of each rollout written to `trajectories/` (0: none)."""
     plots: bool = True
     """Write PNG learning curves at the end."""
+    report: bool = True
+    """Write `report.html` (curves, diagnostics, episodes; `arborl report`) at each
+    evaluation and at the end."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers that get every metric of metrics.jsonl under the same names:
+    "tensorboard", "wandb" (offline unless WANDB_MODE is set); `arborl.train.trackers`."""
     progress: bool = True
     """Show the progress bar."""
     backend: str = "local"
@@ -261,6 +270,11 @@ class TrainerConfig:
     max_worker_restarts: int = field(default=3, metadata={"min": 0})
     """backend=ray: a rollout worker that dies is replaced and its share re-run, at most
     this many times over the run."""
+
+    def validate(self, prefix: str = "trainer") -> None:
+        from arborl.train.trackers import check_loggers
+
+        check_loggers(self.loggers, f"{prefix}.loggers")
 
 
 @dataclass

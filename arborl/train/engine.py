@@ -99,7 +99,8 @@ class Engine(Protocol):
         ...
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        """Held-out episodes (`arborl.train.evaluate.summarize_eval`'s metric names)."""
+        """Held-out episodes (`arborl.train.evaluate.summarize_eval`'s metric names, and
+        `sample`: up to `eval.save_episodes` of their trajectories, for the report)."""
         ...
 
     def save(self, directory: Path) -> dict[str, Any]:
@@ -187,7 +188,7 @@ class LocalEngine:
         return evaluate_policy(
             self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
             num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,
-            pool_options=build.pool_options(c),
+            pool_options=build.pool_options(c), keep_episodes=c.eval.save_episodes,
         )  # fmt: skip
 
     def save(self, directory: Path) -> dict[str, Any]:

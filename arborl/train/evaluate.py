@@ -28,9 +28,11 @@ def evaluate_share(
     split: str = "test",
     pool_mode: str = "inproc",
     pool_options: dict | None = None,
-) -> dict[str, float]:
+    keep_episodes: int = 0,
+) -> dict:
     """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins`, `env_errors`
-    and the mean of each of `STAT_KEYS`. One engine worker's share of an evaluation;
+    and the mean of each of `STAT_KEYS`, plus `sample`: the first `keep_episodes`
+    trajectories (for the report). One engine worker's share of an evaluation;
     `summarize_eval` combines shares. The envs run in `pool_mode` (the run's
     `env.pool_mode`, so a packaged env is evaluated where it is trained)."""
     n = len(seeds)
@@ -45,12 +47,16 @@ def evaluate_share(
     out = {"episodes": float(n), "wins": float(sum(t.won for t in res.trajectories))}
     out["env_errors"] = float(res.stats.get("env_errors", 0.0))
     out.update({k: float(res.stats[k]) for k in STAT_KEYS if k in res.stats})
+    if keep_episodes:
+        out["sample"] = res.trajectories[:keep_episodes]
     return out
 
 
-def summarize_eval(shares: list[dict[str, float]]) -> dict[str, float]:
+def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
     """The held-out metrics of the whole evaluation (every engine logs these names):
-    success with its Wilson 95% interval, episodes, and the episode-weighted means."""
+    success with its Wilson 95% interval, episodes, and the episode-weighted means; with
+    `keep_episodes`, also `sample`: up to that many of the shares' trajectories (not a
+    metric: `RLTrainer.evaluate` pops it and writes `eval_episodes/`)."""
     shares = [s for s in shares if s and s["episodes"]]
     n = int(sum(s["episodes"] for s in shares))
     wins = int(sum(s["wins"] for s in shares))
@@ -63,6 +69,8 @@ def summarize_eval(shares: list[dict[str, float]]) -> dict[str, float]:
             out[k] = (
                 shares[0][k] if len(shares) == 1 else sum(s[k] * s["episodes"] for s in shares) / n
             )
+    if keep_episodes:
+        out["sample"] = [t for s in shares for t in s.get("sample", [])][:keep_episodes]
     return out
 
 
@@ -78,16 +86,18 @@ def evaluate_policy(
     split: str = "test",
     pool_mode: str = "inproc",
     pool_options: dict | None = None,
-) -> dict[str, float]:
+    keep_episodes: int = 0,
+) -> dict:
     """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate on
     `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`, with the
-    envs in `pool_mode`."""
+    envs in `pool_mode` (and the first `keep_episodes` trajectories as `sample`)."""
     n = num_episodes or eval_cfg.num_episodes
     share = evaluate_share(
         backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg, eval_cfg,
         draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split, pool_mode, pool_options,
+        keep_episodes,
     )  # fmt: skip
-    return summarize_eval([share])
+    return summarize_eval([share], keep_episodes)
 
 
 def format_success(label: str, result: dict[str, float]) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arborl.config import ConfigError
+from arborl.config import ConfigError, to_dict
 from arborl.data import write_trajectories
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
 from arborl.registry import UnknownNameError
@@ -280,7 +280,22 @@ class RLTrainer:
                 )
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        return self.engine.evaluate(num_episodes)
+        """Held-out metrics; the engine's sampled episodes go to `eval_episodes/`."""
+        ev = self.engine.evaluate(num_episodes)
+        sample = ev.pop("sample", None)
+        if sample:
+            write_trajectories(
+                self.run.path / "eval_episodes" / f"step-{self.step:05d}.jsonl", sample
+            )
+        return ev
+
+    def write_report(self, baselines: bool = True) -> None:
+        """(Re)write `report.html` from what the run dir holds now (`trainer.report`);
+        `baselines`: compute the random/oracle lines if not cached yet."""
+        if self.cfg.trainer.report:
+            from arborl.report import write_report
+
+            write_report([self.run.path], baselines=baselines)
 
     # --- checkpoints --------------------------------------------------------------------
     def save(self) -> Path:
@@ -327,9 +342,14 @@ class RLTrainer:
             desc="RL",
             keys=("train/success", "eval/success", "actor/pg_loss"),
             disable_bar=not c.trainer.progress,
+            loggers=c.trainer.loggers,
+            config=to_dict(c),
         )
         try:
             return self._fit(logger)
+        except Exception:
+            self.write_report(baselines=False)  # a crashed run shows what it has, at once
+            raise
         finally:
             logger.close()
             self.engine.close()
@@ -358,6 +378,7 @@ class RLTrainer:
             )
             logger.log(0, {f"eval/{k}": v for k, v in before.items()})
             self.history["eval"].append((0, before["success"]))
+            self.write_report()
         while self.step < c.trainer.total_steps:
             if c.trainer.max_env_steps and self.env_steps >= c.trainer.max_env_steps:
                 break
@@ -369,6 +390,8 @@ class RLTrainer:
                 metrics.update({f"eval/{k}": v for k, v in ev.items()})
                 self.history["eval"].append((self.step, ev["success"]))
             logger.log(self.step, metrics, advance=1)
+            if "eval/success" in metrics:
+                self.write_report()
             if c.trainer.save_every and self.step % c.trainer.save_every == 0:
                 self.save()
         if self.saved_step != self.step:  # the final step is saved once
@@ -390,4 +413,5 @@ class RLTrainer:
             from arborl.train.plots import plot_learning_curves
 
             plot_learning_curves(self.run.path, self.history)
+        self.write_report()
         return summary

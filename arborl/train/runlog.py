@@ -83,7 +83,8 @@ class RunDir:
 
 
 class MetricsLogger:
-    """Writes metrics to metrics.jsonl and TensorBoard, and shows them on a progress bar.
+    """Writes metrics to metrics.jsonl and the trackers named in `loggers` (TensorBoard,
+    W&B: `arborl.train.trackers`), and shows them on a progress bar.
 
     `keys` picks the metrics shown on the bar (all are written to the files)."""
 
@@ -94,8 +95,13 @@ class MetricsLogger:
         desc: str = "train",
         keys: tuple[str, ...] = (),
         disable_bar: bool | None = None,
+        loggers: tuple[str, ...] | list[str] = ("tensorboard",),
+        config: dict[str, Any] | None = None,
     ) -> None:
+        from arborl.train.trackers import build_trackers
+
         self.run = run
+        self.trackers = build_trackers(loggers, run, config)
         self.keys = keys
         self._file = open(run.metrics_path, "a")  # noqa: SIM115 - closed in close()
         self._t0 = time.perf_counter()
@@ -103,11 +109,15 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any], advance: int = 0) -> None:
         record = {"step": step, "time_s": round(time.perf_counter() - self._t0, 3)}
+        scalars = {}
         for k, v in metrics.items():
             s = _scalar(v)
             record[k] = s if s is not None else (v if isinstance(v, str) else None)
             if s is not None:
-                self.run.tb.add_scalar(k, s, step)
+                scalars[k] = s
+        if scalars:
+            for tracker in self.trackers:
+                tracker.log(step, scalars)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         shown = {k: record[k] for k in self.keys if isinstance(record.get(k), float)}
@@ -138,8 +148,8 @@ class MetricsLogger:
     def close(self) -> None:
         self.bar.close()
         self._file.close()
-        if self.run._tb is not None:  # don't open a writer (and its thread) just to flush
-            self.run._tb.flush()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

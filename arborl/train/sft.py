@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from arborl.agent import AgentConfig, build_prompt, encode_text, instruction_text, make_memory
-from arborl.data import Trajectory
+from arborl.data import Trajectory, write_trajectories
 from arborl.models.scoring import token_logprobs
 from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
 
@@ -177,6 +177,7 @@ def sft_job(cfg) -> dict:
     `checkpoints/sft/policy` with its agent settings, summary.json with the held-out
     success after SFT) and returns the summary."""
     from arborl.agent.settings import save_agent_settings
+    from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
     from arborl.train.build import build_policy, set_threads
@@ -187,7 +188,7 @@ def sft_job(cfg) -> dict:
     run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
     logger = MetricsLogger(
         run, total=cfg.sft.steps, desc="SFT", keys=("sft/loss",),
-        disable_bar=not cfg.trainer.progress,
+        disable_bar=not cfg.trainer.progress, loggers=cfg.trainer.loggers, config=to_dict(cfg),
     )  # fmt: skip
     try:
         model, tokenizer = build_policy(cfg)
@@ -198,8 +199,13 @@ def sft_job(cfg) -> dict:
         backend = HFBackend(model, tokenizer, max_batch_size=128)
         after = evaluate_policy(
             backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
-            split=cfg.env.eval_split,
+            split=cfg.env.eval_split, keep_episodes=cfg.eval.save_episodes,
         )  # fmt: skip
+        sample = after.pop("sample", [])
+        if sample:
+            write_trajectories(
+                run.path / "eval_episodes" / f"step-{cfg.sft.steps:05d}.jsonl", sample
+            )
         logger.log(cfg.sft.steps, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
             "sft": stats,
@@ -211,4 +217,8 @@ def sft_job(cfg) -> dict:
     finally:
         logger.close()
         run.close()
+    if cfg.trainer.report:
+        from arborl.report import write_report
+
+        write_report([run.path])
     return summary

@@ -94,6 +94,7 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
     cfg = _cfg(
         tmp_path, "fault", "algo=ppo", "algo.kl_coef=0.05", "sft.steps=3", "sft.num_demos=2",
         "trainer.total_steps=3", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
+        "eval.save_episodes=3",
     )  # fmt: skip
     trainer = RLTrainer(cfg)
     assert type(trainer.engine).__name__ == "RayEngine"  # trainer.backend=ray composes it
@@ -106,6 +107,10 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
     assert all(r["async/staleness"] == 0.0 for r in recs)  # on-policy by default
     assert all("critic/value_loss" in r and r["actor/kl"] >= 0 for r in recs)
     assert summary["steps"] == 3 and summary["after"]["episodes"] == 4
+    # Held-out episodes come back from both rollout workers (2 + 2), capped at 3 in all.
+    for step in (0, 3):
+        assert len((run / "eval_episodes" / f"step-{step:05d}.jsonl").read_text().splitlines()) == 3
+    assert (run / "report.html").exists()
     ckpt = run / "checkpoints" / "step-3"
     assert sorted(p.name for p in (ckpt / "sharded").glob("*.distcp")) == [
         "__0_0.distcp",

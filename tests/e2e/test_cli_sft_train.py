@@ -41,6 +41,10 @@ def _check_run(run, steps, plots=True):
     assert summary["steps"] == steps
     for key in ("before", "after"):
         assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] == 4
+    # The report (refreshed at each evaluation) and the held-out episodes it shows.
+    assert (run / "report.html").stat().st_size > 1_000_000  # Plotly is inlined
+    for step in (0, steps):
+        assert len((run / "eval_episodes" / f"step-{step:05d}.jsonl").read_text().splitlines()) == 4
     return recs
 
 
@@ -76,7 +80,8 @@ def test_sft_then_train_from_its_policy(tmp_path, capsys):
     assert "held-out success after SFT" in capsys.readouterr().out
     losses = [r["sft/loss"] for r in read_metrics(out / "metrics.jsonl") if "sft/loss" in r]
     assert len(losses) == 8
-    assert (out / "config.yaml").exists()
+    assert (out / "config.yaml").exists() and (out / "report.html").exists()
+    assert len((out / "eval_episodes" / "step-00008.jsonl").read_text().splitlines()) == 4
     summary = json.loads((out / "summary.json").read_text())
     assert summary["after"]["episodes"] == 4
     policy = out / "checkpoints" / "sft" / "policy"
@@ -127,3 +132,6 @@ def test_nan_loss_aborts_after_max_bad_steps(tmp_path, monkeypatch, capsys):
     assert "trainer.max_bad_steps=2" in capsys.readouterr().err
     recs = [r for r in read_metrics(tmp_path / "nan" / "metrics.jsonl") if "train/success" in r]
     assert [r["step"] for r in recs] == [1]  # step 2's second skip aborted the run
+    # The aborted run's report shows what exists: one RL step, no summary.
+    html = (tmp_path / "nan" / "report.html").read_text()
+    assert '<span class="partial">partial</span>' in html and '"x": [1]' in html

@@ -137,6 +137,12 @@ def test_train_with_tree_rollouts(tmp_path):
     # 2 trees x 6 nodes each = 12 rows per step, every one with a tree advantage.
     assert all(r["train/env_steps"] in (12.0, 24.0) for r in rl)
     assert all(r["actor/optimizer_steps"] >= 1 for r in rl)
+    # The report embeds the search-tree view of each step's first tree (steps 0 and 1).
+    html = (tmp_path / "tree" / "report.html").read_text()
+    data = json.loads(html.split('id="report-data">')[1].split("</script>")[0])
+    names = [t["name"].split(", task ")[0] for t in data["trees"]]
+    assert names == ["step 0", "step 1"]
+    assert all("<title>arborl search: step" in t["html"] for t in data["trees"])
 
 
 def test_tree_rollout_rows_are_sibling_normalised():

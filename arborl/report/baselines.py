@@ -1,0 +1,77 @@
+"""Baseline success rates of a run's env (random, oracle, and any other policy in
+`arborl.rollout.policies.BASELINE_POLICIES`), computed once and kept in `baselines.json`.
+
+They put the held-out curve on a scale: the random policy's floor and the oracle's
+ceiling, on the run's evaluation split with the run's evaluation seed (so the same tasks
+as its held-out evaluations, `arborl.rollout.collect_episodes` draws them the same way).
+They need no model, so they cost a fraction of one evaluation; an env without an oracle
+simply has no oracle line. An `arborl eval --json` file dropped in as `baselines.json`
+(its `rows`) is read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("arborl")
+
+
+def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[str, dict]:
+    """{policy: {success_rate, ci_low, ci_high, episodes}} for the env of `config` (a
+    resolved train config as a dict); policies that cannot run on the env are left out."""
+    from arborl.rollout import RolloutConfig, collect_episodes
+    from arborl.rollout.policies import BASELINE_POLICIES, make_policy
+
+    env, ev = config.get("env", {}), config.get("eval", {})
+    known = {f.name for f in fields(RolloutConfig)}
+    roll = {k: v for k, v in config.get("rollout", {}).items() if k in known}
+    cfg = RolloutConfig(**{**roll, "group_size": 1})
+    n = min(int(ev.get("num_episodes", max_episodes)), max_episodes)
+    seed = int(ev.get("seed", 0))
+    out = {}
+    for name in BASELINE_POLICIES:
+        policy = make_policy(name, cfg, seed=seed)
+        try:
+            res = collect_episodes(
+                policy, env["id"], n, cfg, split=env.get("eval_split", "test"), seed=seed,
+                env_kwargs=env.get("kwargs") or {},
+            )  # fmt: skip
+        except NotImplementedError as e:  # e.g. an env without an oracle: no line
+            log.info("report: no %s baseline for %s (%s)", name, env.get("id"), e)
+            continue
+        s = res.stats
+        out[name] = {
+            "success_rate": s["success_rate"],
+            "ci_low": s["success_ci_low"],
+            "ci_high": s["success_ci_high"],
+            "episodes": s["episodes"],
+        }
+    return out
+
+
+def read_baselines(run_dir: Path) -> dict[str, dict]:
+    """`baselines.json` of `run_dir` ({} when absent), ours or `arborl eval --json`'s."""
+    path = Path(run_dir) / "baselines.json"
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if "rows" in doc:  # an `arborl eval --json` file: its baseline rows
+        return {r["policy"]: r for r in doc["rows"] if r["policy"] in ("random", "oracle")}
+    return doc
+
+
+def ensure_baselines(run_dir: Path, config: dict[str, Any]) -> dict[str, dict]:
+    """The run's baselines: read from `baselines.json`, else computed and written there
+    (nothing when the config names no env)."""
+    path = Path(run_dir) / "baselines.json"
+    if path.exists():
+        return read_baselines(run_dir)
+    if not config.get("env", {}).get("id"):
+        return {}
+    rows = compute_baselines(config)
+    path.write_text(json.dumps(rows, indent=2))
+    return rows

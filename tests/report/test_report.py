@@ -1,0 +1,72 @@
+"""`write_report` and `arborl report`: a self-contained page, one run or several."""
+
+import json
+import re
+
+import pytest
+import yaml
+
+from arborl.cli.main import main
+from arborl.report import write_report
+
+
+def _data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1))
+
+
+def test_page_is_self_contained(runs) -> None:
+    html = write_report([runs[0]]).read_text()
+    assert not re.search(r"<(script|link)[^>]+(src|href)=", html)  # nothing fetched
+    assert "plotly.js (basic - minified) v4.1.1" in html
+    data = _data(html)
+    assert len(data["episodes"]) == 9 and len(data["pairs"]) == 4
+    assert "algo:" in html and "lr: 0.001" in html  # the resolved config, as YAML
+
+
+def test_two_runs_overlay_and_show_config_differences(runs, tmp_path, capsys) -> None:
+    out = tmp_path / "cmp.html"
+    assert main(["report", str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
+    assert f"report: {out}" in capsys.readouterr().out
+    html = out.read_text()
+    diff = re.search(r'<table class="diff" id="config-diff">(.*?)</table>', html, re.S).group(1)
+    assert "<code>algo.lr</code>" in diff and "0.0003" in diff and diff.count("<tr>") == 2
+    train = next(c for c in _data(html)["charts"] if c["id"] == "m-training-success")
+    assert [t["name"] for t in train["traces"]] == ["a: train/success", "b: train/success"]
+
+
+def test_several_runs_need_out_and_a_bad_dir_is_named(runs, tmp_path, capsys) -> None:
+    assert main(["report", str(runs[0]), str(runs[1])]) == 2
+    assert "need --out FILE" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "missing' does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="pass out="):
+        write_report([runs[0], runs[1]])
+
+
+def test_partial_run_is_marked_and_episodes_capped(tmp_path, run_factory) -> None:
+    run = run_factory(tmp_path, "crash", 3, finished=False)
+    html = write_report([run], episodes_per_point=2).read_text()
+    assert '<span class="partial">partial</span>' in html
+    assert len(_data(html)["episodes"]) == 2 + 1  # 2 of the 4 held-out, 1 training
+
+
+def test_baselines_are_computed_once_and_cached(tmp_path, run_factory) -> None:
+    run = run_factory(tmp_path, "nobase", 2, baselines=False)
+    cfg = {"env": {"id": "arborl/Maze-v0"}, "eval": {"num_episodes": 20, "seed": 7}}
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    write_report([run])
+    rows = json.loads((run / "baselines.json").read_text())
+    assert rows["oracle"]["success_rate"] == 1.0  # the maze oracle always wins
+    assert rows["random"]["success_rate"] < 0.5 and rows["random"]["episodes"] == 20
+    (run / "baselines.json").write_text(json.dumps({"random": {"success_rate": 0.123}}))
+    html = write_report([run]).read_text()  # read, not recomputed
+    assert "random: 0.123" in html
+
+
+def test_a_long_run_stays_small(tmp_path, run_factory) -> None:
+    run = run_factory(tmp_path, "long", 5000)
+    html = write_report([run], max_points=300).read_text()
+    charts = _data(html)["charts"]
+    assert max(len(t["x"]) for c in charts for t in c["traces"]) == 300  # thinned from 5000
+    assert len(html) < 1_200_000 + 600_000  # Plotly (1.2 MB) + data
