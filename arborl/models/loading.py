@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
 from arborl.models.tokenizer import build_char_tokenizer
@@ -116,11 +118,28 @@ def load_tokenizer(
         return build_char_tokenizer(extra_tokens)
     if not Path(name_or_path).is_dir():
         raise _unknown_spec(name_or_path)
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok = _load_saved_tokenizer(Path(name_or_path))
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+# Saved by a generic fast tokenizer (arborl's char and BPE tokenizers, most exports): reload
+# it as exactly that. AutoTokenizer would, for some model types (`qwen2` in transformers 5),
+# ignore tokenizer.json and build the model family's own class with its own regex and
+# normalizer, silently changing the ids (a char tokenizer then drops every space).
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _load_saved_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    config_path = directory / "tokenizer_config.json"
+    saved_class = ""
+    if config_path.is_file() and (directory / "tokenizer.json").is_file():
+        saved_class = json.loads(config_path.read_text()).get("tokenizer_class") or ""
+    if saved_class in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(directory)
+    return AutoTokenizer.from_pretrained(directory)
 
 
 def build_preset_model(
