@@ -9,9 +9,12 @@ Design choices:
   `n > 1`) is one batched `generate` call, which is how rollouts should call it.
 * Streaming is post-hoc: the completion is generated whole, then sent as one SSE chunk per
   token. Clients see the streaming protocol; time-to-first-token is the full latency.
-* Two vLLM extensions: `skip_special_tokens` (default true) and
-  `include_stop_str_in_output` (default false), which `OpenAIBackend` sets to get text
-  that re-encodes to exactly the generated token ids; plus `top_k`.
+* vLLM extensions: `skip_special_tokens` (default true), `include_stop_str_in_output`
+  (default false), `top_k`, and `return_token_ids` (default false): each completion choice
+  then carries the sampled `token_ids`, which `OpenAIBackend` stores instead of
+  re-encoding text (not exact with BPE).
+* Chat logprobs' `bytes` are each token's raw bytes (`token_bytes`), so the pieces of one
+  UTF-8 character join back to it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+from arborl.generation.token_bytes import token_bytes
 
 
 class _Base(BaseModel):
@@ -45,6 +49,7 @@ class _Base(BaseModel):
     stream: bool = False
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    return_token_ids: bool = False
 
 
 class CompletionRequest(_Base):
@@ -205,6 +210,8 @@ def create_app(
                     "finish_reason": c.finish_reason,
                 }
             )
+            if req.return_token_ids:
+                choices[-1]["token_ids"] = list(c.token_ids)
         base = {"id": rid, "object": "text_completion", "created": now, "model": model_name}
         if req.stream:
             return StreamingResponse(
@@ -245,10 +252,11 @@ def create_app(
             logprobs = None
             if req.logprobs:
                 toks = [tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
+                raw = [list(token_bytes(tokenizer, t)) for t in c.token_ids]
                 logprobs = {
                     "content": [
-                        {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
-                        for s, lp in zip(toks, c.logprobs)
+                        {"token": s, "logprob": lp, "bytes": b, "top_logprobs": []}
+                        for s, b, lp in zip(toks, raw, c.logprobs)
                     ]
                 }
             choices.append(

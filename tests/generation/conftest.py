@@ -6,10 +6,13 @@ import time
 
 import pytest
 import uvicorn
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from arborl.generation import HFBackend
 from arborl.generation.server import create_app
 from arborl.models import load_policy
+from arborl.models.bpe import build_gpt2_bpe_tokenizer
+from arborl.models.loading import seeded
 
 API_KEY = "test-key"
 MODEL_NAME = "tiny-0.1m"
@@ -30,7 +33,35 @@ def served_policy():
 
 @pytest.fixture(scope="session")
 def server_url(served_policy):
-    model, tok = served_policy
+    yield from _serve(*served_policy)
+
+
+@pytest.fixture(scope="session")
+def bpe_policy():
+    """A random-init 4M-parameter Llama over GPT-2's real BPE vocabulary + ChatML."""
+    tok = build_gpt2_bpe_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    with seeded(0):
+        model = LlamaForCausalLM(config).eval()
+    return model, tok
+
+
+@pytest.fixture(scope="session")
+def bpe_server_url(bpe_policy):
+    yield from _serve(*bpe_policy)
+
+
+def _serve(model, tok):
     app = create_app(HFBackend(model, tok), tok, MODEL_NAME, api_key=API_KEY)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
