@@ -4,7 +4,6 @@ import httpx
 import openai
 import pytest
 import torch
-
 from fastapi.testclient import TestClient
 
 from arborl.generation import HFBackend, SamplingParams
