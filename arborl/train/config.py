@@ -299,9 +299,13 @@ class TrainConfig:
         from arborl.train.rollout_modes import check_rollout_mode
 
         check_rollout_mode(self.rollout)
-        if self.rollout.view == "episode" and self.agent.memory != "full":
+        if self.rollout.view != "step":
+            # batch_rewards, the advantages and the update all read step-view rows; an
+            # episode batch crashed the first RL step (KeyError 'step_reward').
             raise ConfigError(
-                f"rollout.view='episode' needs agent.memory='full', got {self.agent.memory!r}"
+                f"rollout.view={self.rollout.view!r} is not trained by `arborl train` (its "
+                "rewards, advantages and update read step-view rows); set rollout.view=step "
+                "(the episode view serves `run_rollout` and rescoring checks)"
             )
 
 
