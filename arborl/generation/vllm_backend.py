@@ -20,7 +20,9 @@ Choices that keep rollouts trainable (each one a defect found against real vLLM)
 from __future__ import annotations
 
 import importlib
+import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 from arborl.generation.base import Completion, SamplingParams
@@ -52,10 +54,13 @@ class VLLMBackend:
     def __init__(self, model: str, seed: int = 0, **llm_kwargs: Any):
         self._vllm = import_vllm()
         self.llm = self._vllm.LLM(model=model, seed=seed, **{**DEFAULT_LLM_KWARGS, **llm_kwargs})
-        self.tokenizer = self.llm.get_tokenizer()
+        # arborl's loader for a checkpoint dir: vLLM's AutoTokenizer swaps qwen2 ones (D5).
+        self.tokenizer = _load_tokenizer(model) or self.llm.get_tokenizer()
         self.eos_token_ids = _eos_token_ids(self.llm, self.tokenizer)
         self.max_length = int(self.llm.llm_engine.model_config.max_model_len)
         self._warned_truncation = False
+        self.weights_version = 0
+        """Version of the weights the engine holds (bumped by `sync_weights`)."""
 
     def _sampling_params(self, params: SamplingParams, row: int) -> Any:
         seed = None if params.seed is None else params.seed * SEED_STRIDE + row
@@ -97,6 +102,29 @@ class VLLMBackend:
             )
         return completions
 
+    def sync_weights(self, state_dict: dict[str, Any], version: int) -> float:
+        """Load `state_dict` (every key, tied `lm_head.weight` included) into the engine in
+        place and drop the prefix cache (stale KV gave |dlogp| 2.1); returns seconds taken.
+
+        Needs the in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): tensors do not
+        survive the multiprocess engine's msgpack arguments. The `weights_path` reload is
+        avoided on purpose: with tied embeddings it leaves a silent old/new hybrid."""
+        start = time.perf_counter()
+        weights = [(k, v.detach().to("cpu")) for k, v in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+        self.weights_version = int(version)
+        return time.perf_counter() - start
+
+    def check_version(self, expected: int) -> None:
+        """Raise if the engine does not hold weights version `expected` (a missed sync)."""
+        if self.weights_version != expected:
+            raise RuntimeError(
+                f"stale vLLM engine: it holds weights version {self.weights_version}, the "
+                f"trainer is at {expected}; call sync_weights(state_dict, {expected}) after "
+                "every update before generating"
+            )
+
     def _warn_truncated_logprobs(self, params: SamplingParams) -> None:
         truncated = params.top_k > 0 or params.top_p < 1.0
         if truncated and params.temperature > 0 and not self._warned_truncation:
@@ -121,3 +149,11 @@ def _eos_token_ids(llm: Any, tokenizer: Any) -> list[int]:
         if int(t) not in ids:
             ids.append(int(t))
     return ids
+
+
+def _load_tokenizer(model: str) -> Any:
+    if not Path(model).is_dir():
+        return None
+    from arborl.models import load_tokenizer
+
+    return load_tokenizer(model)
