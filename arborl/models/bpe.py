@@ -146,3 +146,31 @@ def build_gpt2_bpe_tokenizer(ranks_path: str | Path | None = None) -> PreTrained
     )
     tok.chat_template = CHATML_TEMPLATE
     return tok
+
+
+def build_bpe_policy(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
+    """(model, tokenizer): a random-init Llama over GPT-2's BPE + ChatML (tied embeddings;
+    3.3M parameters at the defaults, almost all of them the 50,259-row embedding). For
+    tests and small runs that must see real BPE behaviour."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from arborl.models.loading import seeded
+
+    tok = build_gpt2_bpe_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    with seeded(seed):
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model.eval(), tok

@@ -6,13 +6,11 @@ import time
 
 import pytest
 import uvicorn
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from arborl.generation import HFBackend
 from arborl.generation.server import create_app
 from arborl.models import load_policy
-from arborl.models.bpe import build_gpt2_bpe_tokenizer
-from arborl.models.loading import seeded
+from arborl.models.bpe import build_bpe_policy
 
 API_KEY = "test-key"
 MODEL_NAME = "tiny-0.1m"
@@ -38,22 +36,8 @@ def server_url(served_policy):
 
 @pytest.fixture(scope="session")
 def bpe_policy():
-    """A random-init 4M-parameter Llama over GPT-2's real BPE vocabulary + ChatML."""
-    tok = build_gpt2_bpe_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    with seeded(0):
-        model = LlamaForCausalLM(config).eval()
-    return model, tok
+    """A random-init Llama over GPT-2's real BPE vocabulary + ChatML."""
+    return build_bpe_policy(seed=0)
 
 
 @pytest.fixture(scope="session")
