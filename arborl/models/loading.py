@@ -26,6 +26,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from arborl.models.pretrained import PRETRAINED, resolve_checkpoint
 from arborl.models.tokenizer import build_char_tokenizer
 
 DTYPES: dict[str, torch.dtype] = {
@@ -101,8 +102,9 @@ def seeded(seed: int) -> Iterator[None]:
 
 def _unknown_spec(name_or_path: str) -> ValueError:
     return ValueError(
-        f"model {name_or_path!r} is neither a preset nor a directory; presets: "
-        f"{sorted(MODEL_PRESETS)}, or pass the path of a Hugging Face checkpoint directory"
+        f"model {name_or_path!r} is neither a preset, a pretrained name nor a directory; "
+        f"presets: {sorted(MODEL_PRESETS)}, pretrained: {sorted(PRETRAINED)}, or pass the "
+        "path of a Hugging Face checkpoint directory or of a .gguf file"
     )
 
 
@@ -116,6 +118,7 @@ def load_tokenizer(
     """
     if name_or_path in MODEL_PRESETS:
         return build_char_tokenizer(extra_tokens)
+    name_or_path = resolve_checkpoint(name_or_path)
     if not Path(name_or_path).is_dir():
         raise _unknown_spec(name_or_path)
     tok = _load_saved_tokenizer(Path(name_or_path))
@@ -175,6 +178,7 @@ def load_policy(
     tokenizer = load_tokenizer(name_or_path, extra_tokens)
     if name_or_path in MODEL_PRESETS:
         return build_preset_model(name_or_path, tokenizer, dtype, seed), tokenizer
+    name_or_path = resolve_checkpoint(name_or_path)  # a PRETRAINED name or a .gguf file
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=resolve_dtype(dtype))
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

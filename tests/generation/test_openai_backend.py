@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from arborl.generation import HFBackend, OpenAIBackend, SamplingParams, make_backend
-from arborl.generation.openai_backend import SEED_STRIDE
+from arborl.generation.base import row_seed
 
 from .conftest import API_KEY, MODEL_NAME
 
@@ -39,7 +39,7 @@ def _per_row_reference(backend, prompts, params):
     if params.seed is None:
         return backend.generate(prompts, params)
     return [
-        backend.generate([p], replace(params, seed=params.seed * SEED_STRIDE + i))[0]
+        backend.generate([p], replace(params, seed=row_seed(params.seed, i)))[0]
         for i, p in enumerate(prompts)
     ]
 

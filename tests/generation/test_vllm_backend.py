@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from arborl.generation import SamplingParams, VLLMBackend, make_backend
-from arborl.generation.vllm_backend import SEED_STRIDE
+from arborl.generation.base import SEED_STRIDE, row_seed
 
 
 def test_missing_vllm_says_how_to_install(monkeypatch):
@@ -121,3 +121,8 @@ def test_truncated_sampling_warns_that_logprobs_differ(monkeypatch):
         backend.generate([[1]], SamplingParams(top_k=5))
     _, sp, _ = backend.llm.calls[0]
     assert sp[0]["seed"] is None and sp[0]["top_k"] == 5
+
+
+def test_row_seeds_fit_a_signed_64_bit_generator_seed():
+    """A step seed near 2**62 times the stride overflowed vLLM's manual_seed."""
+    assert row_seed(2**62 - 1, 5) < 2**62 and row_seed(3, 1) == 3 * SEED_STRIDE + 1
