@@ -235,7 +235,9 @@ class TrainerConfig:
     backend: str = "local"
     """The engine of the RL loop, a name in `arborl.train.engine.ENGINES`: "local" (one
     process) or "ray" (a driver that holds no weights dispatches Batches to Ray rollout
-    workers and an FSDP2-sharded train group, docs/distributed.md); engines registered
+    workers and an FSDP2-sharded train group, docs/distributed.md) or "vllm" (local
+    training, rollouts on an in-process vLLM synced every step; run from the vLLM venv,
+    docs/vllm.md); engines registered
     with `ENGINES.register` are accepted too (checked when the trainer is built)."""
     num_train_ranks: int = field(default=1, metadata={"min": 1})
     """backend=ray: ranks of the train group (one torch.distributed process group that
