@@ -61,3 +61,27 @@ def test_real_vllm_backend_seeds_eos_logprobs_and_weight_sync(vllm_python, tmp_p
         assert step["gap"] < 1e-4, step
         assert step["stale_gap"] > 1e-2, step  # the update moved the logprobs measurably
     assert res["stale_detected"]
+
+
+@pytest.mark.slow
+def test_arborl_train_on_the_vllm_engine_syncs_every_step(vllm_python, tmp_path):
+    """`arborl train trainer.backend=vllm`: the unchanged loop over the vLLM engine."""
+    args = [
+        "train", "trainer.backend=vllm", "trainer.total_steps=2", "trainer.name=v",
+        f"trainer.output_dir={tmp_path}", "trainer.plots=false", "sft.enabled=false",
+        "rollout.num_tasks=4", "rollout.group_size=4", "eval.num_episodes=4",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    code = "import sys; from arborl.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [vllm_python, "-c", code, *args], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [json.loads(x) for x in (tmp_path / "v" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "weights/version" in r]
+    assert [r["weights/version"] for r in steps] == [1.0, 2.0]
+    for r in steps:
+        assert r["time/weight_sync_s"] >= r["time/weight_reload_s"] > 0
+        # the tokens and logprobs the trainer scores are vLLM's: the PPO ratio starts at 1
+        assert abs(r["actor/ratio_max"] - 1.0) < 1e-3, r
