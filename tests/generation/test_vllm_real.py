@@ -68,8 +68,8 @@ def test_arborl_train_on_the_vllm_engine_syncs_every_step(vllm_python, tmp_path)
     """`arborl train trainer.backend=vllm`: the unchanged loop over the vLLM engine."""
     args = [
         "train", "trainer.backend=vllm", "trainer.total_steps=2", "trainer.name=v",
-        f"trainer.output_dir={tmp_path}", "trainer.plots=false", "sft.enabled=false",
-        "rollout.num_tasks=4", "rollout.group_size=4", "eval.num_episodes=4",
+        f"trainer.output_dir={tmp_path}", "trainer.plots=false", "sft.steps=40",
+        "rollout.num_tasks=8", "rollout.group_size=4", "eval.num_episodes=4",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_CPU_KVCACHE_SPACE": "1"}
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-1")
@@ -83,5 +83,7 @@ def test_arborl_train_on_the_vllm_engine_syncs_every_step(vllm_python, tmp_path)
     assert [r["weights/version"] for r in steps] == [1.0, 2.0]
     for r in steps:
         assert r["time/weight_sync_s"] >= r["time/weight_reload_s"] > 0
-        # the tokens and logprobs the trainer scores are vLLM's: the PPO ratio starts at 1
-        assert abs(r["actor/ratio_max"] - 1.0) < 1e-3, r
+    # the tokens and logprobs the trainer scores are vLLM's: the PPO ratio starts at 1
+    # (a step whose groups all tie has no update and no ratio; the SFT start avoids that)
+    ratios = [r["actor/ratio_max"] for r in steps if "actor/ratio_max" in r]
+    assert ratios and all(abs(x - 1.0) < 1e-3 for x in ratios), ratios
