@@ -5,6 +5,8 @@ cores); the float HF directory is cached under ~/.cache/arborl/models, so later 
 in seconds.
 """
 
+import json
+
 import pytest
 
 from arborl.generation import HFBackend, SamplingParams
@@ -48,3 +50,17 @@ def test_unknown_model_lists_pretrained_names():
     with pytest.raises(ValueError, match="smollm2-135m-instruct"):
         load_policy("no-such-model")
     assert "smollm2-135m-instruct" in PRETRAINED
+
+
+@pytest.mark.slow
+def test_arborl_eval_runs_smollm2_with_its_own_chat_template(smollm2, tmp_path):
+    """`arborl eval --policy smollm2-135m-instruct` on a built-in env (tiny budget)."""
+    from arborl.cli.main import main
+
+    out = tmp_path / "eval.json"
+    argv = ["eval", "--policy", "smollm2-135m-instruct", "--env", "arborl/Countdown-v0",
+            "--num-episodes", "2", "--max-turns", "2", "--max-new-tokens", "8",
+            "--no-baselines", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["policy"] == "smollm2-135m-instruct" and 0.0 <= row["success_rate"] <= 1.0
