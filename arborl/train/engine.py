@@ -238,3 +238,4 @@ class LocalEngine:
 
 
 ENGINES.register("ray", "arborl.distributed.engine:RayEngine")  # imported only when asked
+ENGINES.register("vllm", "arborl.train.vllm_engine:VLLMEngine")  # needs the vLLM venv

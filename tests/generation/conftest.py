@@ -5,6 +5,7 @@ import pytest
 from arborl.generation import HFBackend
 from arborl.generation.server import create_app
 from arborl.models import load_policy
+from arborl.models.bpe import build_bpe_policy
 from tests.serving._openapi_fuzz import serve_in_thread
 
 API_KEY = "test-key"
@@ -20,7 +21,21 @@ def served_policy():
 
 @pytest.fixture(scope="session")
 def server_url(served_policy):
-    model, tok = served_policy
+    yield from _serve(*served_policy)
+
+
+@pytest.fixture(scope="session")
+def bpe_policy():
+    """A random-init Llama over GPT-2's real BPE vocabulary + ChatML."""
+    return build_bpe_policy(seed=0)
+
+
+@pytest.fixture(scope="session")
+def bpe_server_url(bpe_policy):
+    yield from _serve(*bpe_policy)
+
+
+def _serve(model, tok):
     app = create_app(HFBackend(model, tok), tok, MODEL_NAME, api_key=API_KEY)
     with serve_in_thread(app) as url:
         yield f"{url}/v1"

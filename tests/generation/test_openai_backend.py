@@ -1,12 +1,14 @@
 """OpenAIBackend against a real `arborl serve` app on 127.0.0.1, and its retry logic."""
 
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
 
 from arborl.generation import HFBackend, OpenAIBackend, SamplingParams, make_backend
+from arborl.generation.base import row_seed
 
 from .conftest import API_KEY, MODEL_NAME
 
@@ -24,12 +26,60 @@ def test_same_ids_and_logprobs_as_in_process_backend(server_url, served_policy):
         SamplingParams(max_new_tokens=40, temperature=1.0, seed=3, stop=["a", "e"]),
     ):
         got = remote.generate(prompts, params)
-        want = HFBackend(model, tok).generate(prompts, params)
-        for g, w in zip(got, want):
+        for g, w in zip(got, _per_row_reference(HFBackend(model, tok), prompts, params)):
             assert g.token_ids == w.token_ids  # special tokens and stops survive the trip
             assert g.text == w.text and g.finish_reason == w.finish_reason
             assert g.logprobs_from_server
             torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs))
+    remote.close()
+
+
+def _per_row_reference(backend, prompts, params):
+    """What the server samples: a seeded call is one request per row, row i seeded s*K+i."""
+    if params.seed is None:
+        return backend.generate(prompts, params)
+    return [
+        backend.generate([p], replace(params, seed=row_seed(params.seed, i)))[0]
+        for i, p in enumerate(prompts)
+    ]
+
+
+def test_seeded_group_gets_distinct_samples(server_url, served_policy):
+    """D1: one seeded list request gave a whole GRPO group vLLM's same random stream."""
+    _, tok = served_policy
+    remote = OpenAIBackend(server_url, MODEL_NAME, tok, api_key=API_KEY)
+    prompt = tok.encode("<|user|>go<|end|><|assistant|>", add_special_tokens=False)
+    outs = remote.generate([prompt] * 4, SamplingParams(max_new_tokens=12, seed=1))
+    assert len({tuple(o.token_ids) for o in outs}) == 4
+    again = remote.generate([prompt] * 4, SamplingParams(max_new_tokens=12, seed=1))
+    assert [o.token_ids for o in again] == [o.token_ids for o in outs]  # still reproducible
+    remote.close()
+
+
+@pytest.mark.slow
+def test_bpe_ids_and_logprobs_are_exactly_the_servers(bpe_server_url, bpe_policy):
+    """D2: re-encoding returned text is not exact with BPE; ids must be the sampled ones."""
+    model, tok = bpe_policy
+    remote = OpenAIBackend(bpe_server_url, MODEL_NAME, tok, api_key=API_KEY)
+    chat = [{"role": "user", "content": "Numbers: 1 2 7 8. Target: 58."}]
+    first = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    fresh = [tok.encode(first, add_special_tokens=False) for _ in range(6)]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)
+    got = remote.generate(fresh, params)
+    # episode-style prompts: the sampled ids stay verbatim in the next turn's context
+    end = tok.encode("<|im_end|>\n", add_special_tokens=False)
+    episode = [p + g.token_ids + end for p, g in zip(fresh, got)]
+    got += remote.generate(episode, params)
+    local = HFBackend(model, tok)
+    want = _per_row_reference(local, fresh, params) + _per_row_reference(local, episode, params)
+    non_canonical = 0
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids and g.logprobs_from_server
+        torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs))
+        non_canonical += (
+            tok.encode(tok.decode(g.token_ids), add_special_tokens=False) != g.token_ids
+        )
+    assert non_canonical >= 1  # the check has teeth: re-encoding would have drifted here
     remote.close()
 
 

@@ -4,8 +4,11 @@ import httpx
 import openai
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from arborl.generation import HFBackend, SamplingParams
+from arborl.generation.base import Completion
+from arborl.generation.server import create_app
 
 from .conftest import API_KEY, MODEL_NAME
 
@@ -107,3 +110,32 @@ def test_concurrent_requests_are_served_correctly(client):
         futures = [pool.submit(client.completions.create, prompt=p, **kwargs) for p in prompts]
         parallel = [f.result().choices[0].text for f in futures]
     assert parallel == serial
+
+
+class _Fixed:
+    """A backend that always 'samples' the given ids (to pin what the server reports)."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def generate(self, prompts, params):
+        lps = [-0.5] * len(self.ids)
+        return [Completion(list(self.ids), lps, "", "stop") for _ in prompts]
+
+
+@pytest.mark.slow
+def test_bpe_chat_logprob_bytes_and_completion_token_ids(bpe_policy):
+    """D7: each of the 3 GPT-2 tokens of a tree emoji decoded alone gave U+FFFD's bytes."""
+    _, tok = bpe_policy
+    ids = tok.encode(" 🌲", add_special_tokens=False) + [tok.eos_token_id]
+    assert len(ids) == 4
+    http = TestClient(create_app(_Fixed(ids), tok, MODEL_NAME))
+    body = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}
+    content = http.post("/v1/chat/completions", json=body).json()["choices"][0]["logprobs"]
+    raw = [bytes(c["bytes"]) for c in content["content"]]
+    assert b"".join(raw[:3]) == " 🌲".encode() and raw[3] == b"<|im_end|>"
+    assert [len(b) for b in raw[:3]] == [3, 1, 1]  # b' \xf0\x9f', b'\x8c', b'\xb2'
+    # D2, server side: return_token_ids hands back the sampled ids, not re-encodable text
+    body = {"prompt": [[15496]], "max_tokens": 4, "return_token_ids": True}
+    choice = http.post("/v1/completions", json=body).json()["choices"][0]
+    assert choice["token_ids"] == ids

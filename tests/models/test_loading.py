@@ -9,6 +9,7 @@ from arborl.models import (
     apply_lora,
     autocast_ctx,
     load_policy,
+    load_tokenizer,
     save_policy,
     token_logprobs,
 )
@@ -112,3 +113,18 @@ def test_value_model_shapes_save_load(tmp_path):
     save_policy(policy, tok, tmp_path / "policy")
     from_policy = ValueModel.from_policy_spec(str(tmp_path / "policy"))
     assert from_policy(ids, mask).shape == (2, 4)
+
+
+@pytest.mark.parametrize("preset", sorted(MODEL_PRESETS))
+def test_saved_tokenizer_reloads_with_the_same_ids_for_every_preset(tmp_path, preset):
+    """D5: AutoTokenizer swapped a saved `qwen2` char tokenizer for Qwen2Tokenizer."""
+    tok = load_tokenizer(preset)
+    MODEL_PRESETS[preset].to_config(tok).save_pretrained(tmp_path)  # config.json: model_type
+    tok.save_pretrained(tmp_path)
+    again = load_tokenizer(str(tmp_path))
+    text = "Numbers: 1 2 7 8. Target: 58.\n#.#\n<|user|>go<|end|>"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert again.encode(text, add_special_tokens=False) == ids
+    assert again.decode(ids) == text  # spaces and newlines survive
+    assert (again.eos_token_id, again.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)
+    assert again.chat_template == tok.chat_template

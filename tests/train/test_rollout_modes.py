@@ -42,3 +42,10 @@ def test_rollout_step_calls_the_configured_mode():
         assert calls == [([1, 2], 7, "mcts", "train")]
     finally:
         ROLLOUT_MODES.unregister("fake-test")
+
+
+def test_episode_view_is_refused_at_start_not_at_the_first_step():
+    """D6: the config accepted view=episode, memory=full; step 1 raised KeyError."""
+    with pytest.raises(ValueError, match=r"rollout.view='episode' .* set rollout.view=step"):
+        load_train_config(["rollout.view=episode", "agent.memory=full"])
+    assert load_train_config(["rollout.view=step"]).rollout.view == "step"
