@@ -107,9 +107,11 @@ def gigpo(
     step_rewards: (N,) reward of each step; traj_ids: (N,) hashable trajectory id;
     step_ids: (N,) int position of the step within its trajectory; group_ids: (N,) task
     group (the same for all steps of a trajectory); anchors: (N,) hashable env state before
-    the step. `norm_by_std` divides both levels by their group std (+ eps).
+    the step. `norm_by_std` divides both levels by their group std (+ eps). Computed in
+    float64; the outputs have the dtype of `step_rewards`.
     """
-    r = as_scores(step_rewards, "step_rewards")
+    given = as_scores(step_rewards, "step_rewards")
+    r = given.double()  # float64 inside: equal discounted returns stay equal (group_stats)
     n = r.numel()
     traj_index, num_traj = group_index(traj_ids)
     group_idx, num_groups = group_index(group_ids)
@@ -146,9 +148,9 @@ def gigpo(
         "shared_anchor_frac": float((sizes[anchor_idx] > 1).double().mean()) if n else 0.0,
     }
     return GiGPOOutput(
-        advantages=episode_adv + omega * step_adv,
-        episode_adv=episode_adv,
-        step_adv=step_adv,
-        step_returns=step_returns,
+        advantages=(episode_adv + omega * step_adv).to(given.dtype),
+        episode_adv=episode_adv.to(given.dtype),
+        step_adv=step_adv.to(given.dtype),
+        step_returns=step_returns.to(given.dtype),
         stats=stats,
     )

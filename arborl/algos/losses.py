@@ -11,7 +11,8 @@ decides how tokens and sequences are weighted (the choice behind GRPO, DAPO and 
   version of this mode leaves out the mean over sequences; the constant factor only
   rescales the learning rate.
 
-Sequences without any valid token count as padding and are left out of sequence means.
+Every mode selects the valid positions (`masked_sum`), so a NaN/inf in a masked position
+does not reach the loss. Sequences without any valid token count as padding and are left out of sequence means.
 For gradient accumulation, pass `num_tokens`/`num_seqs` of the whole mini-batch so that
 micro-batch losses add up to the mini-batch loss.
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from arborl.algos.masked import masked_mean
+from arborl.algos.masked import masked_mean, masked_sum
 from arborl.registry import Registry
 
 AggFn = Callable[[torch.Tensor, torch.Tensor, int | None, float | None, float | None], torch.Tensor]
@@ -35,16 +36,16 @@ def _num_seqs(mask: torch.Tensor, num_seqs: float | None) -> torch.Tensor | floa
 
 
 def _token_mean(loss_mat, mask, max_len, num_tokens, num_seqs):
-    total = (loss_mat * mask).sum()
+    total = masked_sum(loss_mat, mask)
     return total / (num_tokens if num_tokens is not None else mask.sum().clamp(min=1))
 
 
 def _seq_mean_token_sum(loss_mat, mask, max_len, num_tokens, num_seqs):
-    return (loss_mat * mask).sum() / _num_seqs(mask, num_seqs)
+    return masked_sum(loss_mat, mask) / _num_seqs(mask, num_seqs)
 
 
 def _seq_mean_token_mean(loss_mat, mask, max_len, num_tokens, num_seqs):
-    per_seq = (loss_mat * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+    per_seq = masked_sum(loss_mat, mask, -1) / mask.sum(-1).clamp(min=1)  # (B,)
     return per_seq.sum() / _num_seqs(mask, num_seqs)
 
 
@@ -52,7 +53,7 @@ def _seq_mean_token_sum_norm(loss_mat, mask, max_len, num_tokens, num_seqs):
     scale = max_len if max_len is not None else mask.shape[-1]
     if scale <= 0:
         raise ValueError(f"max_len={max_len} must be positive (the generation budget)")
-    return (loss_mat * mask).sum() / scale / _num_seqs(mask, num_seqs)
+    return masked_sum(loss_mat, mask) / scale / _num_seqs(mask, num_seqs)
 
 
 AGG_MODES: Registry[AggFn] = Registry("agg")
