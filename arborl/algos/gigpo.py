@@ -40,8 +40,9 @@ class GiGPOOutput:
     step_returns: torch.Tensor
     """Discounted return from the row's step to the end of its trajectory."""
     stats: dict[str, float] = field(default_factory=dict)
-    """num_trajectories, num_groups, num_anchor_groups, mean_anchor_group_size and
-    shared_anchor_frac (fraction of steps whose anchor group has more than one step)."""
+    """num_trajectories, num_groups, num_anchor_groups, mean_anchor_group_size,
+    max_anchor_group_size and shared_anchor_frac (fraction of steps whose anchor group has
+    more than one step)."""
 
 
 def _step_order(traj_index: torch.Tensor, step_ids: Any, traj_ids: Any) -> np.ndarray:
@@ -145,6 +146,7 @@ def gigpo(
         "num_groups": float(num_groups),
         "num_anchor_groups": float(num_anchor_groups),
         "mean_anchor_group_size": n / max(num_anchor_groups, 1),
+        "max_anchor_group_size": float(sizes.max()) if n else 0.0,
         "shared_anchor_frac": float((sizes[anchor_idx] > 1).double().mean()) if n else 0.0,
     }
     return GiGPOOutput(

@@ -121,8 +121,9 @@ def ppo_policy_loss(
     1 + clip_high)). `clip_high > clip_low` is DAPO's clip-higher. With `dual_clip=c` (> 1)
     the loss of negative-advantage tokens is capped at -A c (Ye et al. 2020).
     stats (detached 0-d tensors, over valid tokens): clipfrac (the clipped branch is
-    active), clipfrac_dual (the dual cap is active), approx_kl (mean old_logp - logp),
-    ratio_mean, ratio_max.
+    active), clipfrac_dual (the dual cap is active), approx_kl (mean old_logp - logp, the
+    k1 estimate of KL(old || new)), approx_kl_k3 (mean (r - 1) - log r, Schulman's
+    low-variance estimate, >= 0 per token), ratio_mean, ratio_max.
     """
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip_low={clip_low}, clip_high={clip_high} must be >= 0")
@@ -146,6 +147,7 @@ def ppo_policy_loss(
             "clipfrac": masked_mean((loss_clipped > loss_unclipped).to(logp.dtype), mask_f),
             "clipfrac_dual": masked_mean(dual_active.to(logp.dtype), mask_f),
             "approx_kl": masked_mean(-log_ratio, mask_f),
+            "approx_kl_k3": masked_mean(ratio - 1.0 - log_ratio, mask_f),
             "ratio_mean": masked_mean(ratio, mask_f),
             "ratio_max": torch.where(mask.bool(), ratio, torch.zeros_like(ratio)).max(),
         }

@@ -75,6 +75,7 @@ def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     stats = {
         "adv/step_abs_mean": float(out.step_adv.abs().mean()),
         "adv/episode_abs_mean": float(out.episode_adv.abs().mean()),
+        **{f"gigpo/{k}": v for k, v in out.stats.items() if "anchor" in k},
     }
     return out.advantages.float(), None, stats
 

@@ -39,6 +39,11 @@ from arborl.train.advantages import compute_advantages, episode_lengths
 from arborl.train.build import build_kl_controller, needs_critic
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
+from arborl.train.diagnostics import (
+    advantage_diagnostics,
+    group_diagnostics,
+    train_token_diagnostics,
+)
 from arborl.train.engine import ENGINES, Engine, RolloutPlan
 from arborl.train.runlog import MetricsLogger, RunDir
 from arborl.train.update import minibatch_schedule
@@ -92,6 +97,8 @@ def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor |
         batch["returns"], batch["old_values"] = returns, values
     train = batch[adv.abs() > 1e-8] if algo.drop_zero_adv else batch
     metrics["train/rows_with_signal"] = float(len(train)) / max(1, len(batch))
+    metrics.update(advantage_diagnostics(batch, adv))
+    metrics.update(train_token_diagnostics(batch, train))
     return train, metrics
 
 
@@ -163,6 +170,7 @@ class RLTrainer:
         values = self.engine.values(batch) if needs_critic(c) else None
         train, adv_metrics = attach_advantages(batch, rewards, a, values)
         metrics.update(adv_metrics)
+        metrics.update(group_diagnostics(batch))
         t1 = time.perf_counter()
         if len(train):
             keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
