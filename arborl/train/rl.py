@@ -330,6 +330,12 @@ class RLTrainer:
             "env_steps": self.env_steps,
             "wall_s": round(time.perf_counter() - t_start, 1),
             "run_dir": str(self.run.path),
+            # what decides float rounding, hence the numbers (docs/training.md, Reproducibility)
+            "kernels": {
+                "torch": torch.__version__,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "num_threads": torch.get_num_threads(),
+            },
         }
         (self.run.path / "summary.json").write_text(json.dumps(summary, indent=2))
         if c.trainer.plots:
