@@ -11,7 +11,7 @@ Stated targets (40 RL steps): Bandit and Corridor >= 0.85 held-out success for g
 gigpo and ppo, each at least 0.4 above its start; Coin (equal returns, only the timing
 of the reward differs) >= 0.85 for gigpo and ppo (gamma 0.9) while episode-only grpo
 stays within 0.1 of its start, and gigpo beats grpo by >= 0.3. Measured 2026-12-01 on a
-2-core machine at load ~10: every pair in about 10-25 s, the whole suite ~2.5 min.
+2-core machine: the whole suite 38 s quiet (load 0.3), ~2.5 min at load ~11.
 Deterministic on one thread (`trainer.num_threads=1`): the numbers do not depend on load.
 """
 
