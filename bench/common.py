@@ -30,6 +30,8 @@ def machine_info(num_threads: int) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_num_threads": num_threads,
+        # the ATen kernel set (AVX2 / AVX512...): a different one rounds differently
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "loadavg": list(os.getloadavg()),
     }
     try:

@@ -17,6 +17,9 @@ same settings (`--fresh` retrains), so an interrupted benchmark resumes where it
     python bench/learning.py                          # the full table (~80 min on 2 cores)
     python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
     python bench/learning.py --quick                  # toy size, what tests/bench runs
+    # issue 16's ordering table (converging budgets, 5 seeds; many CPU hours on 2 cores):
+    python bench/learning.py --seeds 0 1 2 3 4 --envs maze sokoban frozenlake-slippery \
+        --env-steps maze=150000 sokoban=60000 frozenlake-slippery=150000
 """
 
 from __future__ import annotations
@@ -36,18 +39,28 @@ from common import RESULTS_DIR, format_table, machine_info, write_json
 from arborl.cli.main import main as arborl_main
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
+from arborl.train.runlog import read_metrics
 
 ALGOS = ("ppo", "grpo", "gigpo")
-ENVS = ("maze", "sokoban")
+ENV_SETS: dict[str, list[str]] = {
+    "maze": ["env=maze"],
+    "sokoban": ["env=sokoban"],
+    # the long-horizon env until the env-packages issue brings TextWorld-Express/BabyAI:
+    # a move slips sideways 2 times in 3, so states recur across a group's episodes
+    "frozenlake-slippery": ["env=frozenlake", "env.kwargs={slippery: true}"],
+}
+"""Bench env name -> the config overrides that select it."""
+ENVS = tuple(ENV_SETS)
+DEFAULT_ENVS = ("maze", "sokoban")
 # Per-env defaults, chosen by measurement (docs/BENCHMARKS.md). Sokoban needs more demos and
 # SFT steps than Maze (300 demos / 500 steps give tiny-1m ~0.34 held-out success, so RL has
 # mixed groups to learn from). The env-step budget is ~20 RL steps on Maze and ~4 on Sokoban
 # (longer episodes; a Sokoban PPO step costs ~2 min on 2 cores). A first cut at 3,000 env
 # steps (1-2 RL steps) showed no learning at all: raise the budgets on a bigger machine.
 DEFAULTS: dict[str, dict[str, int]] = {
-    "sft_demos": {"maze": 100, "sokoban": 300},
-    "sft_steps": {"maze": 200, "sokoban": 500},
-    "env_steps": {"maze": 30000, "sokoban": 10000},
+    "sft_demos": {"maze": 100, "sokoban": 300, "frozenlake-slippery": 100},
+    "sft_steps": {"maze": 200, "sokoban": 500, "frozenlake-slippery": 200},
+    "env_steps": {"maze": 30000, "sokoban": 10000, "frozenlake-slippery": 30000},
 }
 QUICK_SETS = [
     "model.name_or_path=tiny-0.1m",
@@ -74,7 +87,7 @@ def per_env(values: list[str] | None, name: str, envs: list[str]) -> dict[str, i
 def common_overrides(env: str, seed: int, args: argparse.Namespace) -> list[str]:
     """Settings every SFT and RL run of (env, seed) shares: same eval tasks, one thread."""
     sets = [
-        f"env={env}",
+        *ENV_SETS[env],
         "trainer.num_threads=1",
         "trainer.progress=false",
         f"eval.num_episodes={args.eval_episodes}",
@@ -156,6 +169,7 @@ def run_rl(env: str, algo: str, seed: int, args, policy: str, budget: int) -> di
         (run_dir / "bench_overrides.json").write_text(json.dumps(overrides))
     before, after = summary["before"], summary["after"]
     return {
+        **step_means(run_dir / "metrics.jsonl"),
         "env": env, "algo": algo, "seed": seed,
         "sft_success": before["success"], "success": after["success"],
         "success_lo": after["success_lo"], "success_hi": after["success_hi"],
@@ -163,6 +177,27 @@ def run_rl(env: str, algo: str, seed: int, args, policy: str, budget: int) -> di
         "rl_steps": summary["steps"], "wall_s": summary["wall_s"], "reused": reused,
         "eval_episodes": int(after["episodes"]),
     }  # fmt: skip
+
+
+STEP_KEYS = {
+    "shared_anchor_frac": "gigpo/shared_anchor_frac",
+    "mean_anchor_group_size": "gigpo/mean_anchor_group_size",
+    "groups_mixed": "rollout/groups_mixed",
+    "groups_with_signal": "adv/groups_with_signal",
+}
+"""Per-step diagnostics averaged over a run's RL steps (the anchor statistics exist only
+for gigpo runs; they say whether states recur within a group, which GiGPO needs)."""
+
+
+def step_means(metrics_path: Path) -> dict[str, float]:
+    """Mean of each `STEP_KEYS` diagnostic over the RL steps of a run's metrics.jsonl."""
+    recs = [r for r in read_metrics(metrics_path) if "train/success" in r]
+    out = {}
+    for name, key in STEP_KEYS.items():
+        vals = [r[key] for r in recs if r.get(key) is not None]
+        if vals:
+            out[name] = statistics.mean(vals)
+    return out
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -179,6 +214,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                 "mean_gain": statistics.mean(gains),
                 "sd_gain": statistics.stdev(gains) if len(gains) > 1 else float("nan"),
                 "gains": gains, "mean_env_steps": statistics.mean(r["env_steps"] for r in rs),
+                **{k: statistics.mean(r[k] for r in rs) for k in STEP_KEYS if k in rs[0]},
             })  # fmt: skip
     return out
 
@@ -221,20 +257,26 @@ def plot(runs: list[dict], sfts: list[dict], path: Path) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS, help="envs to run")
+    p.add_argument(
+        "--envs", nargs="+", default=list(DEFAULT_ENVS), choices=ENVS,
+        help="envs to run (default maze sokoban)",
+    )  # fmt: skip
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS, help="algorithms")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds per env/algo")
     p.add_argument(
         "--env-steps", nargs="+", default=None,
-        help="RL budget in env steps: N for every env or ENV=N (default maze=30000 sokoban=10000)",
+        help="RL budget in env steps: N for every env or ENV=N (default maze=30000 "
+        "sokoban=10000 frozenlake-slippery=30000)",
     )  # fmt: skip
     p.add_argument(
         "--sft-demos", nargs="+", default=None,
-        help="oracle demo episodes for SFT: N or ENV=N (default maze=100 sokoban=300)",
+        help="oracle demo episodes for SFT: N or ENV=N (default maze=100 sokoban=300 "
+        "frozenlake-slippery=100)",
     )  # fmt: skip
     p.add_argument(
         "--sft-steps", nargs="+", default=None,
-        help="SFT optimizer steps: N or ENV=N (default maze=200 sokoban=500)",
+        help="SFT optimizer steps: N or ENV=N (default maze=200 sokoban=500 "
+        "frozenlake-slippery=200)",
     )  # fmt: skip
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out tasks per evaluation")
     p.add_argument("--eval-seed", type=int, default=12345, help="seed of the held-out tasks")
@@ -300,7 +342,10 @@ def main(argv: list[str] | None = None) -> None:
          f"{s['mean_gain']:+.3f}", " ".join(f"{g:+.3f}" for g in s["gains"])]
         for s in summary
     ]  # fmt: skip
+    for row, s in zip(rows, summary):  # gigpo rows only: how often states recur in a group
+        row.append(f"{s['shared_anchor_frac']:.2f}" if "shared_anchor_frac" in s else "-")
     headers = ["env", "algo", "seeds", "mean after SFT", "mean after RL", "mean gain", "gain/seed"]
+    headers.append("shared anchors")
     print("\n" + format_table(headers, rows))
     out = Path(args.out)
     png = plot(runs, sfts, out.with_suffix(".png"))

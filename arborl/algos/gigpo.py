@@ -40,8 +40,9 @@ class GiGPOOutput:
     step_returns: torch.Tensor
     """Discounted return from the row's step to the end of its trajectory."""
     stats: dict[str, float] = field(default_factory=dict)
-    """num_trajectories, num_groups, num_anchor_groups, mean_anchor_group_size and
-    shared_anchor_frac (fraction of steps whose anchor group has more than one step)."""
+    """num_trajectories, num_groups, num_anchor_groups, mean_anchor_group_size,
+    max_anchor_group_size and shared_anchor_frac (fraction of steps whose anchor group has
+    more than one step)."""
 
 
 def _step_order(traj_index: torch.Tensor, step_ids: Any, traj_ids: Any) -> np.ndarray:
@@ -107,9 +108,11 @@ def gigpo(
     step_rewards: (N,) reward of each step; traj_ids: (N,) hashable trajectory id;
     step_ids: (N,) int position of the step within its trajectory; group_ids: (N,) task
     group (the same for all steps of a trajectory); anchors: (N,) hashable env state before
-    the step. `norm_by_std` divides both levels by their group std (+ eps).
+    the step. `norm_by_std` divides both levels by their group std (+ eps). Computed in
+    float64; the outputs have the dtype of `step_rewards`.
     """
-    r = as_scores(step_rewards, "step_rewards")
+    given = as_scores(step_rewards, "step_rewards")
+    r = given.double()  # float64 inside: equal discounted returns stay equal (group_stats)
     n = r.numel()
     traj_index, num_traj = group_index(traj_ids)
     group_idx, num_groups = group_index(group_ids)
@@ -143,12 +146,13 @@ def gigpo(
         "num_groups": float(num_groups),
         "num_anchor_groups": float(num_anchor_groups),
         "mean_anchor_group_size": n / max(num_anchor_groups, 1),
+        "max_anchor_group_size": float(sizes.max()) if n else 0.0,
         "shared_anchor_frac": float((sizes[anchor_idx] > 1).double().mean()) if n else 0.0,
     }
     return GiGPOOutput(
-        advantages=episode_adv + omega * step_adv,
-        episode_adv=episode_adv,
-        step_adv=step_adv,
-        step_returns=step_returns,
+        advantages=(episode_adv + omega * step_adv).to(given.dtype),
+        episode_adv=episode_adv.to(given.dtype),
+        step_adv=step_adv.to(given.dtype),
+        step_returns=step_returns.to(given.dtype),
         stats=stats,
     )

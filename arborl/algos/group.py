@@ -9,6 +9,9 @@ compare each episode with the others of its group:
   group mean is subtracted first (verl's `reinforce_plus_plus_baseline`).
 
 Design choices, each tested:
+- Group statistics are float64, and a std within rounding noise of 0 counts as 0: a
+  group of equal scores gets advantage exactly 0 (a float32 mean one ulp off used to give
+  every member the same spurious advantage, e.g. 0.056 for eight scores of 0.7).
 - The std is the unbiased one (`torch.std`, divisor n - 1), as in verl, so numbers match
   verl runs. For a group of 2 with scores (0, 1) the advantages are -/+0.7071.
 - A singleton group has nothing to compare with and gets advantage 0 (verl instead returns
@@ -29,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from arborl.algos.masked import masked_whiten
+from arborl.algos.masked import NOISE_RTOL, masked_whiten
 
 
 def group_index(group_ids: Any) -> tuple[torch.Tensor, int]:
@@ -77,19 +80,39 @@ def as_scores(scores: Any, what: str = "scores") -> torch.Tensor:
 def group_stats(
     x: torch.Tensor, index: torch.Tensor, num_groups: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-group `(mean, unbiased std, count)`, each (num_groups,); std is 0 for singletons.
+    """Per-group `(mean, unbiased std, count)`, each (num_groups,) float64; std is 0 for
+    singletons and for groups whose std is within rounding noise of 0: at most
+    `NOISE_RTOL` (1e-9) times the group's largest |score|. Float64 sums of n equal values
+    are off by about n * 1e-16 relative, while distinct float32 scores differ by >= 6e-8.
 
-    Two passes (mean, then squared deviations) for numerical stability.
+    Computed in float64 whatever the dtype of `x`, in two passes (mean, then squared
+    deviations) with a correction of the mean by the mean deviation.
     """
+    xd = x.double()
     index = index.to(x.device)
-    count = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(
-        0, index, torch.ones_like(x)
-    )
-    total = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, index, x)
-    mean = total / count.clamp(min=1)  # (G,)
-    sq = torch.zeros_like(mean).index_add_(0, index, (x - mean[index]) ** 2)
+    zeros = torch.zeros(num_groups, dtype=torch.float64, device=x.device)
+    count = zeros.index_add(0, index, torch.ones_like(xd))
+    mean = zeros.index_add(0, index, xd) / count.clamp(min=1)  # (G,)
+    mean = mean + zeros.index_add(0, index, xd - mean[index]) / count.clamp(min=1)
+    sq = zeros.index_add(0, index, (xd - mean[index]) ** 2)
     std = torch.sqrt(sq / (count - 1).clamp(min=1))  # (G,)
+    scale = zeros.scatter_reduce(0, index, xd.abs(), reduce="amax", include_self=True)
+    std = torch.where(std <= NOISE_RTOL * scale, torch.zeros_like(std), std)
     return mean, std, count
+
+
+def centered(
+    x: torch.Tensor, index: torch.Tensor, num_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(x - group mean (N,), group std (N,), group count (N,))`, all float64 per row.
+
+    A group whose std is rounding noise (all its scores equal) gets deviations of exactly
+    0, so equal scores never produce an advantage (nor survive `drop_zero_adv`).
+    """
+    mean, std, count = group_stats(x, index, num_groups)
+    std, count = std[index], count[index]
+    dev = x.double() - mean[index]
+    return torch.where(std > 0, dev, torch.zeros_like(dev)), std, count
 
 
 def _prepare(scores: Any, group_ids: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -109,11 +132,10 @@ def grpo(scores: Any, group_ids: Any, norm_by_std: bool = True, eps: float = 1e-
     `norm_by_std=False` is Dr.GRPO (s - group mean). Singleton groups get 0.
     """
     s, index, num_groups = _prepare(scores, group_ids)
-    mean, std, count = group_stats(s, index, num_groups)
-    adv = s - mean[index]
+    adv, std, count = centered(s, index, num_groups)
     if norm_by_std:
-        adv = adv / (std[index] + eps)
-    return torch.where(count[index] > 1, adv, torch.zeros_like(adv))
+        adv = adv / (std + eps)
+    return torch.where(count > 1, adv, torch.zeros_like(adv)).to(s.dtype)
 
 
 def drgrpo(scores: Any, group_ids: Any) -> torch.Tensor:
@@ -127,10 +149,9 @@ def rloo(scores: Any, group_ids: Any) -> torch.Tensor:
     Equals (s_i - mean) * n / (n - 1). Singleton groups get 0.
     """
     s, index, num_groups = _prepare(scores, group_ids)
-    mean, _, count = group_stats(s, index, num_groups)
-    n = count[index]
-    adv = (s - mean[index]) * n / (n - 1).clamp(min=1)
-    return torch.where(n > 1, adv, torch.zeros_like(adv))
+    dev, _, n = centered(s, index, num_groups)
+    adv = dev * n / (n - 1).clamp(min=1)
+    return torch.where(n > 1, adv, torch.zeros_like(adv)).to(s.dtype)
 
 
 def reinforce_pp(
@@ -150,8 +171,7 @@ def reinforce_pp(
                 "the group mean; pass them or use baseline=False"
             )
         s, index, num_groups = _prepare(s, group_ids)
-        mean, _, _ = group_stats(s, index, num_groups)
-        s = s - mean[index]
+        s = centered(s, index, num_groups)[0].to(s.dtype)
     return masked_whiten(s, torch.ones_like(s), eps=eps)
 
 

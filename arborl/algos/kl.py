@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from arborl.algos.masked import masked_select_zero
 from arborl.registry import Registry
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -99,7 +100,7 @@ def kl_penalized_rewards(
     `update` takes, averaged over the batch.
     """
     mask_f = mask.to(rewards.dtype)
-    kl = kl_penalty(logp, ref_logp, kind) * mask_f  # (B, T)
+    kl = masked_select_zero(kl_penalty(logp, ref_logp, kind) * mask_f, mask_f)  # (B, T)
     seq_kl = kl.sum(-1) / mask_f.sum(-1).clamp(min=1)  # (B,)
     return rewards - coef * kl, seq_kl
 

@@ -11,7 +11,8 @@ decides how tokens and sequences are weighted (the choice behind GRPO, DAPO and 
   version of this mode leaves out the mean over sequences; the constant factor only
   rescales the learning rate.
 
-Sequences without any valid token count as padding and are left out of sequence means.
+Every mode selects the valid positions (`masked_sum`), so a NaN/inf in a masked position
+does not reach the loss. Sequences without any valid token count as padding and are left out of sequence means.
 For gradient accumulation, pass `num_tokens`/`num_seqs` of the whole mini-batch so that
 micro-batch losses add up to the mini-batch loss.
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from arborl.algos.masked import masked_mean
+from arborl.algos.masked import masked_mean, masked_sum
 from arborl.registry import Registry
 
 AggFn = Callable[[torch.Tensor, torch.Tensor, int | None, float | None, float | None], torch.Tensor]
@@ -35,16 +36,16 @@ def _num_seqs(mask: torch.Tensor, num_seqs: float | None) -> torch.Tensor | floa
 
 
 def _token_mean(loss_mat, mask, max_len, num_tokens, num_seqs):
-    total = (loss_mat * mask).sum()
+    total = masked_sum(loss_mat, mask)
     return total / (num_tokens if num_tokens is not None else mask.sum().clamp(min=1))
 
 
 def _seq_mean_token_sum(loss_mat, mask, max_len, num_tokens, num_seqs):
-    return (loss_mat * mask).sum() / _num_seqs(mask, num_seqs)
+    return masked_sum(loss_mat, mask) / _num_seqs(mask, num_seqs)
 
 
 def _seq_mean_token_mean(loss_mat, mask, max_len, num_tokens, num_seqs):
-    per_seq = (loss_mat * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+    per_seq = masked_sum(loss_mat, mask, -1) / mask.sum(-1).clamp(min=1)  # (B,)
     return per_seq.sum() / _num_seqs(mask, num_seqs)
 
 
@@ -52,7 +53,7 @@ def _seq_mean_token_sum_norm(loss_mat, mask, max_len, num_tokens, num_seqs):
     scale = max_len if max_len is not None else mask.shape[-1]
     if scale <= 0:
         raise ValueError(f"max_len={max_len} must be positive (the generation budget)")
-    return (loss_mat * mask).sum() / scale / _num_seqs(mask, num_seqs)
+    return masked_sum(loss_mat, mask) / scale / _num_seqs(mask, num_seqs)
 
 
 AGG_MODES: Registry[AggFn] = Registry("agg")
@@ -120,8 +121,9 @@ def ppo_policy_loss(
     1 + clip_high)). `clip_high > clip_low` is DAPO's clip-higher. With `dual_clip=c` (> 1)
     the loss of negative-advantage tokens is capped at -A c (Ye et al. 2020).
     stats (detached 0-d tensors, over valid tokens): clipfrac (the clipped branch is
-    active), clipfrac_dual (the dual cap is active), approx_kl (mean old_logp - logp),
-    ratio_mean, ratio_max.
+    active), clipfrac_dual (the dual cap is active), approx_kl (mean old_logp - logp, the
+    k1 estimate of KL(old || new)), approx_kl_k3 (mean (r - 1) - log r, Schulman's
+    low-variance estimate, >= 0 per token), ratio_mean, ratio_max.
     """
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip_low={clip_low}, clip_high={clip_high} must be >= 0")
@@ -145,6 +147,7 @@ def ppo_policy_loss(
             "clipfrac": masked_mean((loss_clipped > loss_unclipped).to(logp.dtype), mask_f),
             "clipfrac_dual": masked_mean(dual_active.to(logp.dtype), mask_f),
             "approx_kl": masked_mean(-log_ratio, mask_f),
+            "approx_kl_k3": masked_mean(ratio - 1.0 - log_ratio, mask_f),
             "ratio_mean": masked_mean(ratio, mask_f),
             "ratio_max": torch.where(mask.bool(), ratio, torch.zeros_like(ratio)).max(),
         }

@@ -28,13 +28,14 @@ def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
 def trajectory_scores(
     batch: Batch, rewards: torch.Tensor
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-    """(n_traj,) summed reward, (n_traj,) group id, and each row's trajectory index."""
+    """(n_traj,) summed reward (float64: a float32 cast could split returns that are
+    equal but summed in a different order), (n_traj,) group id, each row's trajectory."""
     inverse, _, n = _traj_layout(batch)
     inv = torch.as_tensor(inverse)
     scores = torch.zeros(n, dtype=torch.float64).index_add_(0, inv, rewards.double())
     groups = np.empty(n, dtype=object)
     groups[inverse] = batch.meta["group_id"]
-    return scores.float(), groups, inverse
+    return scores, groups, inverse
 
 
 def episode_lengths(batch: Batch) -> torch.Tensor:
@@ -74,6 +75,7 @@ def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     stats = {
         "adv/step_abs_mean": float(out.step_adv.abs().mean()),
         "adv/episode_abs_mean": float(out.episode_adv.abs().mean()),
+        **{f"gigpo/{k}": v for k, v in out.stats.items() if "anchor" in k},
     }
     return out.advantages.float(), None, stats
 

@@ -39,6 +39,11 @@ from arborl.train.advantages import compute_advantages, episode_lengths
 from arborl.train.build import build_kl_controller, needs_critic
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
+from arborl.train.diagnostics import (
+    advantage_diagnostics,
+    group_diagnostics,
+    train_token_diagnostics,
+)
 from arborl.train.engine import ENGINES, Engine, RolloutPlan
 from arborl.train.runlog import MetricsLogger, RunDir
 from arborl.train.update import minibatch_schedule
@@ -92,6 +97,8 @@ def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor |
         batch["returns"], batch["old_values"] = returns, values
     train = batch[adv.abs() > 1e-8] if algo.drop_zero_adv else batch
     metrics["train/rows_with_signal"] = float(len(train)) / max(1, len(batch))
+    metrics.update(advantage_diagnostics(batch, adv))
+    metrics.update(train_token_diagnostics(batch, train))
     return train, metrics
 
 
@@ -230,7 +237,7 @@ class RLTrainer:
             batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
         values = self.engine.values(batch) if needs_critic(c) else None
         train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
-        return train, {**metrics, **adv_metrics}
+        return train, {**metrics, **adv_metrics, **group_diagnostics(batch)}
 
     def _count_env_errors(self, num_errors: int) -> None:
         if not num_errors:
@@ -407,6 +414,12 @@ class RLTrainer:
             "env_steps": self.env_steps,
             "wall_s": round(time.perf_counter() - t_start, 1),
             "run_dir": str(self.run.path),
+            # what decides float rounding, hence the numbers (docs/training.md, Reproducibility)
+            "kernels": {
+                "torch": torch.__version__,
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "num_threads": torch.get_num_threads(),
+            },
         }
         (self.run.path / "summary.json").write_text(json.dumps(summary, indent=2))
         if c.trainer.plots:

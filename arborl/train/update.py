@@ -77,15 +77,24 @@ def _trim(mb: Batch, prompt_len: int) -> tuple[torch.Tensor, torch.Tensor, int, 
     return ids, attn, prompt_len - first_real, resp_len
 
 
-def response_logp(model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool):
-    """(B, A') logprobs of the response tokens (and entropies) of micro-batch `mb`."""
+def response_logp(
+    model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool,
+    entropy_grad: bool = True,
+):  # fmt: skip
+    """(B, A') logprobs of the response tokens (and entropies) of micro-batch `mb`.
+
+    `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
+    only: one softmax over the response logits, no extra memory kept for backward)."""
     ids, attn, p, a = _trim(mb, prompt_len)
     logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = ids[:, p : p + a]  # (B, A')
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
-    entropy = algos.entropy_from_logits(logits) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = algos.entropy_from_logits(logits if entropy_grad else logits.detach())
     return logp, entropy, a
 
 
@@ -135,7 +144,13 @@ LOCAL = LocalComm()
 # Stats of `_micro_loss` computed with the minibatch's global denominators: they add up
 # over micro-batches and ranks. MEANS are token-weighted means; ratio_max is a max.
 ADDITIVE = ("actor/pg_loss", "actor/kl", "actor/entropy")
-MEANS = ("actor/clipfrac", "actor/clipfrac_dual", "actor/approx_kl", "actor/ratio_mean")
+MEANS = (
+    "actor/clipfrac",
+    "actor/clipfrac_dual",
+    "actor/approx_kl",
+    "actor/approx_kl_k3",
+    "actor/ratio_mean",
+)
 UNBOUNDED = 10**9  # a token budget that keeps a micro-batch in one forward
 
 
@@ -227,26 +242,30 @@ def actor_update(
         for k, v in zip(MEANS, red[2 + len(ADDITIVE) :]):
             mstats[k] = v / max(red[1], 1e-12)
         mstats["actor/ratio_max"] = red_max
-        mstats["actor/grad_norm"] = grad_norm
+        mstats["actor/grad_norm"] = grad_norm  # the total norm before clipping
+        mstats["actor/tokens"] = red[1]
         for k, v in mstats.items():
             sums[k] = sums.get(k, 0.0) + v
         count += 1
     stats = {k: v / max(count, 1) for k, v in sums.items()}
+    if "actor/tokens" in sums:  # response tokens of all optimizer steps (epochs included)
+        stats["actor/tokens"] = sums["actor/tokens"]
     stats["actor/optimizer_steps"] = float(count)
     return UpdateResult(stats, skipped)
 
 
 def _had(key: str, kl_coef: float, algo) -> bool:
-    """Did `_micro_loss` produce this optional stat (KL term, entropy bonus)?"""
+    """Did `_micro_loss` produce this optional stat (the KL term)? Entropy always is."""
     if key == "actor/kl":
         return kl_coef > 0 and not algo.kl_in_reward
-    if key == "actor/entropy":
-        return algo.entropy_coef > 0
     return True
 
 
 def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens):
-    logp, entropy, a = response_logp(model, mb, prompt_len, temperature, algo.entropy_coef > 0)
+    # Entropy is always measured (a diagnostic); it joins the loss, and the graph, only
+    # with an entropy bonus.
+    bonus = algo.entropy_coef > 0
+    logp, entropy, a = response_logp(model, mb, prompt_len, temperature, True, bonus)
     mask = mb.tensors["response_mask"][:, :a]
     old = mb.tensors["old_logp"][:, :a]
     adv = mb.tensors["adv"] * mb.tensors["weight"]  # (B,) episode weighting scales rows
@@ -265,10 +284,10 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
         kl_loss = algos.aggregate(kl, mask, algo.loss_agg, **common)
         loss = loss + kl_coef * kl_loss
         stats["actor/kl"] = float(kl_loss.detach())
-    if entropy is not None:
-        ent = algos.aggregate(entropy, mask, algo.loss_agg, **common)
+    ent = algos.aggregate(entropy, mask, algo.loss_agg, **common)
+    if bonus:
         loss = loss - algo.entropy_coef * ent
-        stats["actor/entropy"] = float(ent.detach())
+    stats["actor/entropy"] = float(ent.detach())
     return loss, stats
 
 

@@ -25,6 +25,13 @@ TOY = [
 ]
 
 
+DIAGNOSTICS = (
+    "actor/entropy", "actor/clipfrac", "actor/approx_kl", "actor/grad_norm", "adv/mean",
+    "adv/std", "adv/groups_with_signal", "rollout/groups_mixed", "rollout/len_mean",
+    "train/tokens",
+)  # fmt: skip
+
+
 def _train(tmp_path, name, *extra):
     return main(["train", *TOY, f"trainer.output_dir={tmp_path}", f"trainer.name={name}", *extra])
 
@@ -56,6 +63,9 @@ def test_train_each_algo(algo, tmp_path, capsys):
     recs = _check_run(tmp_path / algo, 2, plots)
     assert any(r.get("phase") == "sft" for r in recs)
     assert any("actor/pg_loss" in r for r in recs)
+    rl = [r for r in recs if "train/success" in r]  # issue 16's diagnostics, every step
+    for key in DIAGNOSTICS + (("gigpo/shared_anchor_frac",) if algo == "gigpo" else ()):
+        assert all(key in r for r in rl), key
     if algo == "ppo":
         assert any("critic/value_loss" in r for r in recs)
         assert (tmp_path / algo / "checkpoints" / "step-2" / "critic").is_dir()

@@ -12,7 +12,7 @@ from arborl.generation.hf import HFBackend
 from arborl.models import load_policy
 from arborl.rollout import RolloutConfig, run_rollout
 from arborl.train.config import AlgoConfig
-from arborl.train.update import micro_batches, ppo_update
+from arborl.train.update import micro_batches, ppo_update, response_logp
 
 
 def _toy_batch(prompts, responses):
@@ -104,3 +104,35 @@ def test_nan_advantage_skips_the_update(rollout):
     assert up.skipped == 1 and up.stats["actor/optimizer_steps"] == 0
     for p, p0 in zip(after.parameters(), model.parameters()):
         assert torch.equal(p, p0)
+
+
+def test_diagnostics_are_logged_and_entropy_stays_out_of_the_loss(rollout, monkeypatch):
+    model, batch = rollout
+    algo = replace(AlgoConfig(), minibatch_size=len(batch), loss_agg="token-mean")
+    assert algo.entropy_coef == 0
+    after, up = _one_step(model, batch, algo)
+    st = up.stats
+    # entropy of the start model, token-mean over the response tokens: measured by hand
+    prompt_len = int(batch.info["prompt_length"])
+    with torch.no_grad():
+        _, ent, a = response_logp(model, batch, prompt_len, 1.0, True)
+    mask = batch.tensors["response_mask"][:, :a].bool()
+    assert st["actor/entropy"] == pytest.approx(float(ent[mask].mean()), rel=1e-4)
+    assert st["actor/entropy"] > 0.1
+    # one step on the rollout policy itself: ratio 1, k1 and k3 KL ~0, nothing clipped
+    assert abs(st["actor/approx_kl"]) < 1e-4 and 0 <= st["actor/approx_kl_k3"] < 1e-6
+    assert st["actor/clipfrac"] == 0.0
+    assert st["actor/tokens"] == float(batch.tensors["response_mask"].sum())
+    assert st["actor/grad_norm"] > 0
+    # With entropy_coef=0 the entropy is a diagnostic: zeroing it leaves the step unchanged
+    monkeypatch.setattr(
+        "arborl.algos.entropy_from_logits", lambda logits: torch.zeros(logits.shape[:-1])
+    )
+    again, up0 = _one_step(model, batch, algo)
+    assert up0.stats["actor/entropy"] == 0.0
+    for p, q in zip(after.parameters(), again.parameters()):
+        assert torch.equal(p, q)
+    # ...while a bonus on the real entropy changes it
+    monkeypatch.undo()
+    bonus, _ = _one_step(model, batch, replace(algo, entropy_coef=0.1))
+    assert any(not torch.equal(p, q) for p, q in zip(after.parameters(), bonus.parameters()))

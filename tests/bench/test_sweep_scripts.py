@@ -1,0 +1,53 @@
+"""`bench/demo_sweep.py` and `bench/determinism.py`: every candidate / variant is a valid
+config (a typo would waste a sweep's hours), and both scripts answer --help."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arborl.config import ConfigError
+from arborl.train.config import load_train_config
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))  # the scripts import bench/common.py as `common`
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_every_demo_sweep_candidate_is_a_valid_config():
+    sweep = _load("demo_sweep")
+    assert sweep.CANDIDATES["default"] == []
+    for name, overrides in sweep.CANDIDATES.items():
+        cfg = load_train_config(overrides)
+        assert cfg.model.name_or_path == "tiny-1m", name  # every candidate is the demo's model
+    with pytest.raises(ConfigError, match="algo.ppo_epoch"):
+        load_train_config(["algo.ppo_epoch=2"])  # what a typo in a candidate would do
+
+
+def test_every_determinism_variant_is_a_valid_config():
+    det = _load("determinism")
+    assert det.VARIANTS["default"] == ({}, []) and det.VARIANTS["repeat"] == ({}, [])
+    for env_vars, overrides in det.VARIANTS.values():
+        load_train_config(overrides)
+        assert all(isinstance(v, str) for v in env_vars.values())
+
+
+@pytest.mark.slow  # each starts a Python that imports torch
+@pytest.mark.parametrize("script", ["demo_sweep.py", "determinism.py"])
+def test_scripts_answer_help(script):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--work-dir" in proc.stdout and "--out" in proc.stdout
