@@ -1,0 +1,71 @@
+"""Shared set-up for the real-benchmark env packages (envpkgs/*): each venv built once.
+
+The venvs are slow to build (ALFWorld compiles fast-downward: minutes), so unlike the
+counter fixture they live in a persistent `ARBORL_HOME`: `ARBORL_TEST_ENV_HOME`, default
+`~/.cache/arborl-test/home`. `setup_env` is keyed by the manifest hash, so a second run on
+the same machine reuses them and a fresh machine (or an edited manifest) builds them in
+the test run itself. A package whose set-up fails fails its tests with the set-up log;
+nothing is skipped. ALFWorld's game files come from `ALFWORLD_DATA` when set, else from
+the archives in `../shared/data/alfworld` beside the checkout (unpacked once into a cache).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from arborl.envs.packages.isolate import Interpreter, setup_env
+from arborl.envs.packages.userdata import add_package
+
+REPO = Path(__file__).resolve().parents[3]
+ENVPKGS = REPO / "envpkgs"
+SHARED_ALFWORLD = REPO.parent / "shared" / "data" / "alfworld"
+DEFAULT_HOME = Path.home() / ".cache" / "arborl-test" / "home"
+
+
+def test_home() -> Path:
+    return Path(os.environ.get("ARBORL_TEST_ENV_HOME", DEFAULT_HOME)).expanduser()
+
+
+_built: dict[str, Interpreter] = {}
+
+
+def set_up(name: str, monkeypatch: pytest.MonkeyPatch) -> Interpreter:
+    """The package `envpkgs/<name>` registered in the test home and set up (once)."""
+    monkeypatch.setenv("ARBORL_HOME", str(test_home()))
+    if not os.environ.get("ALFWORLD_DATA") and SHARED_ALFWORLD.is_dir():
+        monkeypatch.setenv("ARBORL_ALFWORLD_ARCHIVES", str(SHARED_ALFWORLD))
+    if name not in _built:
+        _built[name] = setup_env(add_package(ENVPKGS / name), timeout_s=3600, log=lambda s: None)
+    return _built[name]
+
+
+GYM_CHECK = """
+import sys, warnings
+import gymnasium
+from gymnasium.utils.env_checker import check_env
+from arborl.envs import register
+env_id, entry, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+register(env_id, entry_point=entry, max_turns=turns)
+env = gymnasium.make(env_id, split=sys.argv[4])
+obs, _ = env.reset(seed=3)
+assert env.observation_space.contains(obs), obs
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # the engines' own imports
+    check_env(env.unwrapped, skip_render_check=True)
+print("GYM_CHECK_OK", env_id)
+"""
+
+
+def gym_check(interp: Interpreter, env_id: str, entry: str, turns: int, split: str) -> str:
+    """Run Gymnasium's own env_checker on `env_id` inside the package's interpreter."""
+    out = subprocess.run(
+        [str(interp.python), "-c", GYM_CHECK, env_id, entry, str(turns), split],
+        capture_output=True, text=True, timeout=900, cwd=interp.manifest.root,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
