@@ -69,3 +69,33 @@ def gym_check(interp: Interpreter, env_id: str, entry: str, turns: int, split: s
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
+
+
+def assert_set_up_and_listed(env_id: str, package: str, capsys) -> None:
+    """`arborl env setup` is a no-op the second time and `arborl env list` shows the id."""
+    from arborl.cli.main import main
+
+    assert main(["env", "setup", env_id]) == 0
+    assert "already set up" in capsys.readouterr().out
+    assert main(["env", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith(f"{env_id}  package="))
+    assert f"package={package}" in line and "[set up]" in line
+
+
+def assert_checks_through_pool(env_id: str, mode: str, capsys) -> None:
+    """arborl's `check_env`, run on the env in its isolated venv through a `mode` pool."""
+    from arborl.cli.main import main
+
+    assert main(["env", "check", env_id, "--num-seeds", "1", "--mode", mode]) == 0
+    assert f"OK    {env_id}" in capsys.readouterr().out
+
+
+def run_probe(interp: Interpreter, code: str, timeout_s: float = 600) -> dict:
+    """Run `code` in the package's interpreter; its last stdout line is JSON."""
+    import json
+
+    out = subprocess.run([str(interp.python), "-c", code], capture_output=True, text=True,
+                         timeout=timeout_s, cwd=interp.manifest.root)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -3,15 +3,11 @@ the text view, exact snapshots and the bot oracle, all inside the package's own 
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from arborl.cli.main import main
 from arborl.envs import make_pool
 
-from ._real import gym_check, set_up
+from ._real import assert_checks_through_pool, assert_set_up_and_listed, gym_check, run_probe, set_up
 
 pytestmark = pytest.mark.slow
 ID = "babyai/GoToLocal-v0"
@@ -48,18 +44,11 @@ def babyai(monkeypatch):
 
 
 def test_setup_is_idempotent_and_listed(babyai, capsys):
-    assert main(["env", "setup", ID]) == 0
-    assert "already set up" in capsys.readouterr().out
-    assert main(["env", "list"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"{ID}  package="))
-    assert "package=babyai" in line and "[set up]" in line
+    assert_set_up_and_listed(ID, "babyai", capsys)
 
 
 def test_oracle_text_view_and_exact_snapshot(babyai):
-    out = subprocess.run([str(babyai.python), "-c", PROBE], capture_output=True, text=True,
-                         timeout=600, cwd=babyai.manifest.root)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_probe(babyai, PROBE)
     assert r["wins"] == 30  # the bot solves GoToLocal by construction
     assert 30 <= r["turns"] < 30 * 64
     assert r["obs"].startswith("Mission: go to ") and "You are carrying nothing." in r["obs"]
@@ -71,8 +60,7 @@ def test_oracle_text_view_and_exact_snapshot(babyai):
 
 @pytest.mark.parametrize("mode", ["subprocess", "http"])
 def test_check_env_through_pool(babyai, mode, capsys):
-    assert main(["env", "check", ID, "--num-seeds", "1", "--mode", mode]) == 0
-    assert f"OK    {ID}" in capsys.readouterr().out
+    assert_checks_through_pool(ID, mode, capsys)
 
 
 def test_gymnasium_checker(babyai):
