@@ -73,26 +73,27 @@ def _unpack_once(archive: Path, cache: Path) -> None:
 
 
 def data_root(split: str) -> Path:
-    """The `json_2.1.1` folder holding `split`, unpacking the offline archive if needed."""
+    """The `json_2.1.1` folder holding `split`, unpacking the offline archive if needed.
+
+    Order: ALFWORLD_DATA (default ~/.cache/alfworld, which `import alfworld` itself sets)
+    when it holds the split; else the archives of ARBORL_ALFWORLD_ARCHIVES; else an error.
+    """
     split = canonical_split(split)
-    if os.environ.get("ALFWORLD_DATA"):
-        root = Path(os.environ["ALFWORLD_DATA"]).expanduser() / "json_2.1.1"
-        if (root / split).is_dir():
-            return root
-        raise _missing(f"ALFWORLD_DATA={os.environ['ALFWORLD_DATA']!r} has no json_2.1.1/{split}")
-    archives = os.environ.get("ARBORL_ALFWORLD_ARCHIVES")
-    if archives:
-        archive = Path(archives).expanduser() / ARCHIVE_OF.get(split, "alf_eval.tar.xz")
-        if not archive.is_file():
-            raise _missing(f"ARBORL_ALFWORLD_ARCHIVES={archives!r} has no {archive.name}")
-        default_cache = Path.home() / ".cache" / "arborl" / "alfworld"
-        cache = Path(os.environ.get("ARBORL_ALFWORLD_CACHE", default_cache)).expanduser()
-        _unpack_once(archive, cache)
-        return cache / "json_2.1.1"
-    root = Path.home() / ".cache" / "alfworld" / "json_2.1.1"
+    user = os.environ.get("ALFWORLD_DATA") or str(Path.home() / ".cache" / "alfworld")
+    root = Path(user).expanduser() / "json_2.1.1"
     if (root / split).is_dir():
         return root
-    raise _missing(f"neither ALFWORLD_DATA nor ARBORL_ALFWORLD_ARCHIVES is set and {root} is absent")
+    archives = os.environ.get("ARBORL_ALFWORLD_ARCHIVES")
+    if not archives:
+        raise _missing(f"ALFWORLD_DATA={user!r} has no json_2.1.1/{split} and "
+                       f"ARBORL_ALFWORLD_ARCHIVES is not set")  # fmt: skip
+    archive = Path(archives).expanduser() / ARCHIVE_OF.get(split, "alf_eval.tar.xz")
+    default_cache = Path.home() / ".cache" / "arborl" / "alfworld"
+    cache = Path(os.environ.get("ARBORL_ALFWORLD_CACHE", default_cache)).expanduser()
+    if not (cache / f".{archive.name}.done").exists() and not archive.is_file():
+        raise _missing(f"ARBORL_ALFWORLD_ARCHIVES={archives!r} has no {archive.name}")
+    _unpack_once(archive, cache)
+    return cache / "json_2.1.1"
 
 
 def game_files(split: str) -> list[str]:

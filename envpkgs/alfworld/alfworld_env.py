@@ -78,13 +78,14 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
         self._engine = textworld.start(
             str(path), INFOS, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
         )
-        obs, infos = self._engine.reset()
-        self._absorb(infos)
+        state = self._engine.reset()  # a textworld GameState: the text and the infos
+        obs = state.feedback
+        self._absorb(state)
         text = obs[obs.find(BANNER_END) :] if BANNER_END in obs else obs
         self.goal = next((ln for ln in text.splitlines() if ln.startswith("Your task")), "")
         return text.strip()
 
-    def _absorb(self, infos: dict) -> None:
+    def _absorb(self, infos) -> None:
         self.won_flag = bool(infos["won"])
         self.admissible = sorted(infos["admissible_commands"])
         facts = sorted(map(str, infos["facts"]))
@@ -93,8 +94,9 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
     def _act(self, action: str):
         action = action.strip()
         valid = action in self.admissible
-        obs, _, done, infos = self._engine.step(action)
-        self._absorb(infos)
+        state, _, done = self._engine.step(action)
+        obs = state.feedback
+        self._absorb(state)
         return obs.strip(), float(self.won_flag), bool(done or self.won_flag), valid
 
     def _anchor(self):
