@@ -24,7 +24,11 @@ from arborl.envs.base import TextEnv
 ACTIONS = {"turn left": 0, "turn right": 1, "move forward": 2, "pick up": 3, "drop": 4,
            "toggle": 5}  # fmt: skip
 """Text action -> minigrid action index (minigrid's `done`, 6, is unused by BabyAI)."""
-SEED_RANGES = {"train": (0, 10**9), "val": (10**9, 10**9 + 10**6), "test": (2 * 10**9, 2 * 10**9 + 10**6)}
+SEED_RANGES = {
+    "train": (0, 10**9),
+    "val": (10**9, 10**9 + 10**6),
+    "test": (2 * 10**9, 2 * 10**9 + 10**6),
+}
 """Disjoint task-seed ranges per split."""
 
 

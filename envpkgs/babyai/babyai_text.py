@@ -48,9 +48,11 @@ def describe(image, carrying: str | None = None) -> str:
             dist = (AGENT_ROW - row) + abs(col - AGENT_COL)
             name = _name(obj, int(image[col, row, 1]), int(image[col, row, 2]))
             seen.append((dist, col, row, f"{name} {_offset(col, row)}"))
-    lines = ["You see " + "; ".join(s[3] for s in sorted(seen)) + "."] if seen else [
-        "You see no objects."
-    ]
+    lines = (
+        ["You see " + "; ".join(s[3] for s in sorted(seen)) + "."]
+        if seen
+        else ["You see no objects."]
+    )
     ahead = IDX_TO_OBJECT[int(image[AGENT_COL, AGENT_ROW - 1, 0])]
     if ahead == "wall":
         lines.append("There is a wall right in front of you.")

@@ -53,7 +53,11 @@ class TWXEnv(ReplaySnapshot, TextEnv):
 
     def _seeds(self, split: str) -> list[int]:
         fold = FOLDS[split]
-        getter = {"train": "getValidSeedsTrain", "dev": "getValidSeedsDev", "test": "getValidSeedsTest"}
+        getter = {
+            "train": "getValidSeedsTrain",
+            "dev": "getValidSeedsDev",
+            "test": "getValidSeedsTest",
+        }
         return list(getattr(self._jvm, getter[fold])())
 
     def _sample_task(self, rng, split: str) -> dict:

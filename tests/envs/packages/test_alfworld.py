@@ -14,14 +14,22 @@ from arborl.cli.main import main
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 
-from ._real import ENVPKGS, assert_checks_through_pool, assert_set_up_and_listed, gym_check
-from ._real import run_probe, set_up
+from ._real import (
+    ENVPKGS,
+    assert_checks_through_pool,
+    assert_set_up_and_listed,
+    gym_check,
+    run_probe,
+    set_up,
+)
 
 ID = "alfworld/ALFWorld-v0"
 
 
 def _data_module():
-    spec = importlib.util.spec_from_file_location("alfworld_data", ENVPKGS / "alfworld" / "alfworld_data.py")
+    spec = importlib.util.spec_from_file_location(
+        "alfworld_data", ENVPKGS / "alfworld" / "alfworld_data.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -34,7 +42,9 @@ def test_missing_data_names_both_ways_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(data.DataMissing) as e:
         data.data_root("valid_unseen")
     msg = str(e.value)
-    assert "alfworld-download" in msg and "ALFWORLD_DATA" in msg and "ARBORL_ALFWORLD_ARCHIVES" in msg
+    assert (
+        "alfworld-download" in msg and "ALFWORLD_DATA" in msg and "ARBORL_ALFWORLD_ARCHIVES" in msg
+    )
     with pytest.raises(ValueError, match="valid_unseen"):
         data.canonical_split("dev")
 

@@ -7,7 +7,13 @@ import pytest
 
 from arborl.envs import make_pool
 
-from ._real import assert_checks_through_pool, assert_set_up_and_listed, gym_check, run_probe, set_up
+from ._real import (
+    assert_checks_through_pool,
+    assert_set_up_and_listed,
+    gym_check,
+    run_probe,
+    set_up,
+)
 
 pytestmark = pytest.mark.slow
 ID = "babyai/GoToLocal-v0"

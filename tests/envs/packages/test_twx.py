@@ -7,7 +7,13 @@ import pytest
 
 from arborl.envs import make_pool
 
-from ._real import assert_checks_through_pool, assert_set_up_and_listed, gym_check, run_probe, set_up
+from ._real import (
+    assert_checks_through_pool,
+    assert_set_up_and_listed,
+    gym_check,
+    run_probe,
+    set_up,
+)
 
 pytestmark = pytest.mark.slow
 ID = "twx/CoinCollector-v0"
@@ -18,7 +24,7 @@ PROBE = """
 import json
 import twx_env as t
 wins = {}
-for name in %r:
+for name in FAMILIES:
     env = getattr(t, name + "Env")(split="test")
     won = 0
     for s in range(3):
@@ -45,7 +51,7 @@ env.reset(seed=1)
 print(json.dumps({"wins": wins, "folds": folds, "overlap": overlap, "replay": a[0] == b[0]
                   and a[4]["anchor"] == b[4]["anchor"], "anchor_again": env._anchor() == first,
                   "bad_valid": bad[4]["valid_action"], "actions": info["available_actions"]}))
-""" % (FAMILIES,)
+""".replace("FAMILIES", repr(FAMILIES))
 
 
 @pytest.fixture
