@@ -53,23 +53,23 @@ class ScienceWorldEnv(ReplaySnapshot, TextEnv):
         if bad:
             raise ValueError(f"task_names={bad} are not ScienceWorld tasks; known: {known}")
         self.task_names = list(task_names or known)
-        self.score, self.gold, self.digest, self._loaded = 0.0, [], "", None
+        self.score, self.gold, self.digest = 0.0, [], ""
+        self._variations: dict[tuple[str, str], list[int]] = {}
 
     def _sample_task(self, rng, split: str) -> dict:
         name = self.task_names[rng.randrange(len(self.task_names))]
-        self._load(name, 0)
-        variations = list(getattr(self._sw, SPLITS[split])())
+        key = (name, SPLITS[split])
+        if key not in self._variations:  # listing needs a loaded task: once per task
+            self._sw.load(name, 0, "", generateGoldPath=False)
+            self._variations[key] = list(getattr(self._sw, SPLITS[split])())
+        variations = self._variations[key]
         return {"task": name, "variation": int(variations[rng.randrange(len(variations))])}
 
     def _task_id(self, task: dict) -> str:
         return f"{task['task']}/{task['variation']}"
 
-    def _load(self, name: str, variation: int) -> None:
-        self._sw.load(name, variation, "", generateGoldPath=True)
-        self._loaded = (name, variation)
-
     def _start(self, task: dict) -> str:
-        self._load(task["task"], task["variation"])
+        self._sw.load(task["task"], task["variation"], "", generateGoldPath=True)
         obs, _ = self._sw.reset()
         self.gold = list(self._sw.get_gold_action_sequence())
         self.score = 0.0

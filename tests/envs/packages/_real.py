@@ -44,12 +44,12 @@ def set_up(name: str, monkeypatch: pytest.MonkeyPatch) -> Interpreter:
 
 
 GYM_CHECK = """
-import sys, warnings
+import json, sys, warnings
 import gymnasium
 from gymnasium.utils.env_checker import check_env
 from arborl.envs import register
 env_id, entry, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
-register(env_id, entry_point=entry, max_turns=turns)
+register(env_id, entry_point=entry, max_turns=turns, kwargs=json.loads(sys.argv[5]))
 env = gymnasium.make(env_id, split=sys.argv[4])
 obs, _ = env.reset(seed=3)
 assert env.observation_space.contains(obs), obs
@@ -61,10 +61,15 @@ print("GYM_CHECK_OK", env_id)
 """
 
 
-def gym_check(interp: Interpreter, env_id: str, entry: str, turns: int, split: str) -> str:
+def gym_check(
+    interp: Interpreter, env_id: str, entry: str, turns: int, split: str, kwargs: dict | None = None
+) -> str:
     """Run Gymnasium's own env_checker on `env_id` inside the package's interpreter."""
+    import json
+
+    args = [env_id, entry, str(turns), split, json.dumps(kwargs or {})]
     out = subprocess.run(
-        [str(interp.python), "-c", GYM_CHECK, env_id, entry, str(turns), split],
+        [str(interp.python), "-c", GYM_CHECK, *args],
         capture_output=True, text=True, timeout=900, cwd=interp.manifest.root,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
