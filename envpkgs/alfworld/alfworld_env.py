@@ -43,7 +43,12 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
     default_max_turns = 50
     _state_attrs = ("won_flag", "admissible", "facts_digest")
 
-    def __init__(self, split: str = "train", max_turns: int | None = None) -> None:
+    def __init__(
+        self, split: str = "train", max_turns: int | None = None, show_actions: bool = False
+    ) -> None:
+        """`show_actions`: end each observation with the admissible commands, as
+        verl-agent's ALFWorld prompt does (`configs/env/alfworld.yaml` turns it on)."""
+        self.show_actions = show_actions
         self.game_split = data.canonical_split(split)
         super().__init__("train", max_turns)  # TextEnv checks generic names only
         self.split = split
@@ -83,7 +88,13 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
         self._absorb(state)
         text = obs[obs.find(BANNER_END) :] if BANNER_END in obs else obs
         self.goal = next((ln for ln in text.splitlines() if ln.startswith("Your task")), "")
-        return text.strip()
+        return self._with_actions(text.strip())
+
+    def _with_actions(self, text: str) -> str:
+        if not self.show_actions:
+            return text
+        listed = ", ".join(f"'{a}'" for a in self.admissible)
+        return f"{text}\nYour admissible actions of the current situation are: [{listed}]."
 
     def _absorb(self, infos) -> None:
         self.won_flag = bool(infos["won"])
@@ -97,7 +108,8 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
         state, _, done = self._engine.step(action)
         obs = state.feedback
         self._absorb(state)
-        return obs.strip(), float(self.won_flag), bool(done or self.won_flag), valid
+        reward, ended = float(self.won_flag), bool(done or self.won_flag)
+        return self._with_actions(obs.strip()), reward, ended, valid
 
     def _anchor(self):
         return self.facts_digest

@@ -100,7 +100,10 @@ env.step("look")
 env.restore(snap)
 y = env.step(env.walkthrough[1])
 bad = env.step("fly to the moon")
-print(json.dumps({"counts": counts, "types": types, "wins": wins, "first_again": first_again,
+shown = a.ALFWorldEnv(split="valid_unseen", show_actions=True)
+shown_obs, shown_info = shown.reset(options={"task": {"game": picked[0]}})
+listed = all(repr(c) in shown_obs for c in shown_info["available_actions"])
+print(json.dumps({"listed": listed and "admissible actions" in shown_obs,"counts": counts, "types": types, "wins": wins, "first_again": first_again,
                   "replay": x[0] == y[0] and x[4]["anchor"] == y[4]["anchor"],
                   "bad": [bad[4]["valid_action"], bad[0]], "obs": obs, "instr": env.instruction,
                   "acts": info["available_actions"]}))
@@ -123,6 +126,7 @@ def test_splits_oracle_replay_and_anchor(alfworld):
     assert r["obs"].startswith("You are in the middle of a room.") and "Welcome" not in r["obs"]
     assert "Your task is to:" in r["instr"]
     assert r["acts"] == sorted(r["acts"]) and "inventory" in r["acts"]
+    assert r["listed"]  # show_actions: verl-agent's listing of the admissible commands
 
 
 @pytest.mark.slow
