@@ -46,17 +46,25 @@ class ScienceWorldEnv(ReplaySnapshot, TextEnv):
             raise ValueError(f"split={split!r} is not a ScienceWorld split; use {list(SPLITS)}")
         super().__init__("train", max_turns)  # TextEnv checks generic names only
         self.split, self.list_actions = split, list_actions
-        os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_OPTIONS)
-        self._sw = _SWEnv("", envStepLimit=10_000)  # arborl's turn limit ends episodes
-        known = list(self._sw.get_task_names())
-        bad = sorted(set(task_names or ()) - set(known))
-        if bad:
-            raise ValueError(f"task_names={bad} are not ScienceWorld tasks; known: {known}")
-        self.task_names = list(task_names or known)
+        self._sw = None  # the JVM starts on first use: creating a worker stays fast
+        self._wanted = list(task_names or ())
+        self.task_names: list[str] = []
         self.score, self.gold, self.digest = 0.0, [], ""
         self._variations: dict[tuple[str, str], list[int]] = {}
 
+    def _jvm(self) -> _SWEnv:
+        if self._sw is None:
+            os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_OPTIONS)
+            self._sw = _SWEnv("", envStepLimit=10_000)  # arborl's turn limit ends episodes
+            known = list(self._sw.get_task_names())
+            bad = sorted(set(self._wanted) - set(known))
+            if bad:
+                raise ValueError(f"task_names={bad} are not ScienceWorld tasks; known: {known}")
+            self.task_names = self._wanted or known
+        return self._sw
+
     def _sample_task(self, rng, split: str) -> dict:
+        self._jvm()
         name = self.task_names[rng.randrange(len(self.task_names))]
         key = (name, SPLITS[split])
         if key not in self._variations:  # listing needs a loaded task: once per task
@@ -69,7 +77,7 @@ class ScienceWorldEnv(ReplaySnapshot, TextEnv):
         return f"{task['task']}/{task['variation']}"
 
     def _start(self, task: dict) -> str:
-        self._sw.load(task["task"], task["variation"], "", generateGoldPath=True)
+        self._jvm().load(task["task"], task["variation"], "", generateGoldPath=True)
         obs, _ = self._sw.reset()
         self.gold = list(self._sw.get_gold_action_sequence())
         self.score = 0.0
