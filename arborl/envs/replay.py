@@ -65,3 +65,10 @@ class ReplaySnapshot:
             self._act(a)
         super().restore(state)
         self._replay_log = list(actions)
+
+    def plan_action(self, plan: list[str]) -> str:
+        """The next action of a fixed expert plan (a walkthrough, a gold path) for an
+        episode that has followed it from reset: its entry at the current step."""
+        if not plan:
+            raise NotImplementedError(f"{type(self).__name__}: this episode has no expert plan")
+        return plan[min(len(self._replay_log), len(plan) - 1)]

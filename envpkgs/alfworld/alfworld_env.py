@@ -122,8 +122,7 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
 
     def oracle_action(self) -> str:
         """The walkthrough's next command (the expert plan from the episode's start)."""
-        i = len(self._replay_log)
-        return self.walkthrough[min(i, len(self.walkthrough) - 1)]
+        return self.plan_action(self.walkthrough)
 
     def close(self) -> None:
         if self._engine is not None:

@@ -114,8 +114,7 @@ class ScienceWorldEnv(ReplaySnapshot, TextEnv):
         return sorted(self._sw.get_valid_action_object_combinations())
 
     def oracle_action(self) -> str:
-        i = len(self._replay_log)
-        return self.gold[min(i, len(self.gold) - 1)]
+        return self.plan_action(self.gold)
 
     def close(self) -> None:
         sw, self._sw = getattr(self, "_sw", None), None

@@ -109,8 +109,7 @@ class TWXEnv(ReplaySnapshot, TextEnv):
 
     def oracle_action(self) -> str:
         """The gold sequence's next action (the sequence starts with 'look around')."""
-        i = len(self._replay_log)
-        return self.gold[min(i, len(self.gold) - 1)]
+        return self.plan_action(self.gold)
 
     def close(self) -> None:
         jvm, self._jvm = getattr(self, "_jvm", None), None

@@ -8,9 +8,7 @@ import pytest
 from arborl.envs import make_pool
 
 from ._real import (
-    assert_checks_through_pool,
     assert_set_up_and_listed,
-    gym_check,
     run_probe,
     set_up,
 )
@@ -62,15 +60,6 @@ def test_oracle_text_view_and_exact_snapshot(babyai):
     assert r["described"] >= 10  # most first views name objects by offset
     assert r["same"] and r["bad_valid"] is False
     assert r["actions"] == ["turn left", "turn right", "move forward", "pick up", "drop", "toggle"]
-
-
-@pytest.mark.parametrize("mode", ["subprocess", "http"])
-def test_check_env_through_pool(babyai, mode, capsys):
-    assert_checks_through_pool(ID, mode, capsys)
-
-
-def test_gymnasium_checker(babyai):
-    assert "GYM_CHECK_OK" in gym_check(babyai, ID, "babyai_env:GoToLocalEnv", 64, "train")
 
 
 def test_pool_runs_episodes_out_of_process(babyai):

@@ -8,9 +8,7 @@ import pytest
 from arborl.envs import make_pool
 
 from ._real import (
-    assert_checks_through_pool,
     assert_set_up_and_listed,
-    gym_check,
     run_probe,
     set_up,
 )
@@ -69,15 +67,6 @@ def test_gold_oracle_folds_replay_and_anchor(twx):
     assert r["folds"] == [1000, 1000, 1000] and r["overlap"] == 0  # the official seed folds
     assert r["replay"] and r["anchor_again"] and r["bad_valid"] is False
     assert r["actions"] == sorted(r["actions"]) and "look around" in r["actions"]
-
-
-@pytest.mark.parametrize("mode", ["subprocess", "http"])
-def test_check_env_through_pool(twx, mode, capsys):
-    assert_checks_through_pool(ID, mode, capsys)
-
-
-def test_gymnasium_checker(twx):
-    assert "GYM_CHECK_OK" in gym_check(twx, ID, "twx_env:CoinCollectorEnv", 30, "train")
 
 
 def test_pool_survives_a_jvm_env_per_worker(twx):
