@@ -32,7 +32,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check arborl tests bench tools
+	$(BIN)/ruff format --check arborl tests bench tools envpkgs
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,bench]"

@@ -38,7 +38,12 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
         "or an OpenAI-compatible URL (http://host:port/v1; needs --tokenizer)",
     )
     p.add_argument("--env", required=True, help="registered env id, e.g. arborl/Maze-v0")
-    p.add_argument("--split", default=default_split, choices=SPLITS, help="task split to draw from")
+    p.add_argument(
+        "--split",
+        default=default_split,
+        help=f"task split to draw from: {'/'.join(SPLITS)}, or an env's own split name "
+        "(e.g. ALFWorld's valid_seen, valid_unseen); the env rejects one it lacks",
+    )
     p.add_argument("--num-episodes", type=int, default=100, help="episodes to run in total")
     p.add_argument("--seed", type=int, default=0, help="seed of the task draw and of sampling")
     p.add_argument(

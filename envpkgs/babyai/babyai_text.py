@@ -1,0 +1,63 @@
+"""arborl's language view of a BabyAI observation (minigrid ships only an ASCII map).
+
+The agent sees a 7x7 egocentric window: it stands at the bottom centre, facing up. Each
+visible object that is not floor or wall is described by colour, type, state and offset
+("a red ball 2 steps forward and 1 step to the left"), nearest first; the cell ahead is
+named too, so "a wall right in front of you" tells the agent it cannot move. This is the
+kind of view BabyAI-Text (GLAM) and BALROG give their agents; its wording is arborl's.
+Pure numpy over `obs["image"]`, so it is tested without a simulator.
+"""
+
+from __future__ import annotations
+
+from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, STATE_TO_IDX
+
+IDX_TO_STATE = {v: k for k, v in STATE_TO_IDX.items()}
+AGENT_COL, AGENT_ROW = 3, 6
+"""The agent's cell in the 7x7 egocentric image (x = column, y = row)."""
+SILENT = {"empty", "floor", "unseen", "wall", "agent"}
+
+
+def _steps(n: int, word: str) -> str:
+    return f"{n} step{'s' if n != 1 else ''} {word}"
+
+
+def _offset(col: int, row: int) -> str:
+    ahead, side = AGENT_ROW - row, col - AGENT_COL
+    parts = [_steps(ahead, "forward")] if ahead else []
+    if side:
+        parts.append(_steps(abs(side), "to the right" if side > 0 else "to the left"))
+    return " and ".join(parts) if parts else "here"
+
+
+def _name(obj: str, color_idx: int, state_idx: int) -> str:
+    color = IDX_TO_COLOR[color_idx]
+    if obj == "door":
+        return f"a {IDX_TO_STATE[state_idx]} {color} door"
+    return f"a {color} {obj}"
+
+
+def describe(image, carrying: str | None = None) -> str:
+    """The text view of one egocentric `image` (shape (7, 7, 3): object, colour, state)."""
+    seen = []
+    for col in range(image.shape[0]):
+        for row in range(image.shape[1]):
+            obj = IDX_TO_OBJECT[int(image[col, row, 0])]
+            if obj in SILENT or (col, row) == (AGENT_COL, AGENT_ROW):
+                continue
+            dist = (AGENT_ROW - row) + abs(col - AGENT_COL)
+            name = _name(obj, int(image[col, row, 1]), int(image[col, row, 2]))
+            seen.append((dist, col, row, f"{name} {_offset(col, row)}"))
+    lines = (
+        ["You see " + "; ".join(s[3] for s in sorted(seen)) + "."]
+        if seen
+        else ["You see no objects."]
+    )
+    ahead = IDX_TO_OBJECT[int(image[AGENT_COL, AGENT_ROW - 1, 0])]
+    if ahead == "wall":
+        lines.append("There is a wall right in front of you.")
+    elif ahead not in SILENT:
+        cell = image[AGENT_COL, AGENT_ROW - 1]
+        lines.append(f"Right in front of you is {_name(ahead, int(cell[1]), int(cell[2]))}.")
+    lines.append(f"You are carrying {carrying}." if carrying else "You are carrying nothing.")
+    return "\n".join(lines)

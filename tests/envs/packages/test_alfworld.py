@@ -1,0 +1,165 @@
+"""ALFWorld package (envpkgs/alfworld): data resolution (fast, host-only), then in the
+package's venv: set-up, conformance through a subprocess pool, Gymnasium's checker, the
+benchmark's splits, replay snapshots, facts anchors, the walkthrough oracle and two RL
+steps of `arborl train env=alfworld`."""
+
+from __future__ import annotations
+
+import importlib.util
+import tarfile
+
+import pytest
+
+from arborl.cli.main import main
+from arborl.envs import check_env, make_pool
+from arborl.train.config import load_train_config
+from arborl.train.rl import RLTrainer
+
+from ._real import (
+    ENVPKGS,
+    assert_set_up_and_listed,
+    gym_check,
+    run_probe,
+    set_up,
+)
+
+ID = "alfworld/ALFWorld-v0"
+
+
+def _data_module():
+    spec = importlib.util.spec_from_file_location(
+        "alfworld_data", ENVPKGS / "alfworld" / "alfworld_data.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_missing_data_names_both_ways_to_get_it(tmp_path, monkeypatch):
+    data = _data_module()
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "none"))
+    monkeypatch.delenv("ARBORL_ALFWORLD_ARCHIVES", raising=False)
+    with pytest.raises(data.DataMissing) as e:
+        data.data_root("valid_unseen")
+    msg = str(e.value)
+    assert (
+        "alfworld-download" in msg and "ALFWORLD_DATA" in msg and "ARBORL_ALFWORLD_ARCHIVES" in msg
+    )
+    with pytest.raises(ValueError, match="valid_unseen"):
+        data.canonical_split("dev")
+
+
+def test_archives_unpack_once_into_the_cache(tmp_path, monkeypatch):
+    data = _data_module()
+    game = tmp_path / "src" / "json_2.1.1" / "valid_seen" / "pick_and_place_simple-X-1" / "t1"
+    game.mkdir(parents=True)
+    (game / "game.tw-pddl").write_text("{}")
+    (tmp_path / "arch").mkdir()
+    with tarfile.open(tmp_path / "arch" / "alf_eval.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "src" / "json_2.1.1", arcname="json_2.1.1")
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "none"))
+    monkeypatch.setenv("ARBORL_ALFWORLD_ARCHIVES", str(tmp_path / "arch"))
+    monkeypatch.setenv("ARBORL_ALFWORLD_CACHE", str(tmp_path / "cache"))
+    assert data.game_files("val") == ["valid_seen/pick_and_place_simple-X-1/t1/game.tw-pddl"]
+    (tmp_path / "arch" / "alf_eval.tar.xz").unlink()  # the second call reads the cache only
+    assert len(data.game_files("valid_seen")) == 1
+    assert data.task_type(data.game_files("val")[0]) == "pick_and_place_simple"
+    with pytest.raises(data.DataMissing, match="alf_train.tar.xz"):
+        data.data_root("train")
+
+
+@pytest.fixture
+def alfworld(monkeypatch):
+    return set_up("alfworld", monkeypatch)
+
+
+PROBE = """
+import json, collections
+import alfworld_data as d
+import alfworld_env as a
+counts = {s: len(d.game_files(s)) for s in ("train", "valid_seen", "valid_unseen")}
+types = sorted(collections.Counter(map(d.task_type, d.game_files("valid_unseen"))))
+env = a.ALFWorldEnv(split="valid_unseen")
+games = d.game_files("valid_unseen")
+picked = [next(g for g in games if "/" + t + "-" in "/" + g) for t in d.TASK_TYPES]
+wins, anchors = 0, []
+for g in picked:
+    obs, info = env.reset(options={"task": {"game": g}})
+    anchors.append(info["anchor"])
+    done = False
+    while not done:
+        _, r, term, trunc, info = env.step(env.oracle_action())
+        done = term or trunc
+    wins += info["won"] and r == 1.0
+obs, info = env.reset(options={"task": {"game": picked[0]}})
+first_again = info["anchor"] == anchors[0]
+env.step(env.walkthrough[0])
+snap = env.snapshot()
+x = env.step(env.walkthrough[1])
+env.step("look")
+env.restore(snap)
+y = env.step(env.walkthrough[1])
+bad = env.step("fly to the moon")
+shown = a.ALFWorldEnv(split="valid_unseen", show_actions=True)
+shown_obs, shown_info = shown.reset(options={"task": {"game": picked[0]}})
+listed = all(repr(c) in shown_obs for c in shown_info["available_actions"])
+print(json.dumps({"listed": listed and "admissible actions" in shown_obs,"counts": counts, "types": types, "wins": wins, "first_again": first_again,
+                  "replay": x[0] == y[0] and x[4]["anchor"] == y[4]["anchor"],
+                  "bad": [bad[4]["valid_action"], bad[0]], "obs": obs, "instr": env.instruction,
+                  "acts": info["available_actions"]}))
+"""
+
+
+@pytest.mark.slow
+def test_setup_is_idempotent_and_listed(alfworld, capsys):
+    assert_set_up_and_listed(ID, "alfworld", capsys)
+
+
+@pytest.mark.slow
+def test_splits_oracle_replay_and_anchor(alfworld):
+    r = run_probe(alfworld, PROBE, timeout_s=900)
+    assert r["counts"] == {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
+    assert len(r["types"]) == 6
+    assert r["wins"] == 6  # the walkthrough wins one game of each task type
+    assert r["first_again"] and r["replay"]  # same state, same anchor; replay is exact
+    assert r["bad"] == [False, "Nothing happens."]
+    assert r["obs"].startswith("You are in the middle of a room.") and "Welcome" not in r["obs"]
+    assert "Your task is to:" in r["instr"]
+    assert r["acts"] == sorted(r["acts"]) and "inventory" in r["acts"]
+    assert r["listed"]  # show_actions: verl-agent's listing of the admissible commands
+
+
+@pytest.mark.slow
+def test_check_env_through_subprocess_pool(alfworld):
+    # A reset is 1.5-3 s idle but passed the pools' 30 s default on a loaded 2-core box.
+    pool = make_pool(ID, 1, mode="subprocess", split="valid_seen", timeout_s=300)
+    try:
+        assert check_env(pool[0], num_seeds=1) == []
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_gymnasium_checker(alfworld):
+    assert "GYM_CHECK_OK" in gym_check(alfworld, ID, "alfworld_env:ALFWorldEnv", 50, "valid_seen")
+
+
+@pytest.mark.slow
+def test_train_env_alfworld_runs_two_rl_steps(alfworld, tmp_path):
+    cfg = load_train_config([
+        "env=alfworld", "sft.enabled=false", "model.name_or_path=tiny-0.1m",
+        "rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=2",
+        "rollout.max_new_tokens=8", "eval.num_episodes=2", "eval.every=0",
+        "trainer.total_steps=2", "trainer.progress=false", "trainer.plots=false",
+        f"trainer.output_dir={tmp_path}", "trainer.name=alf",
+    ])  # fmt: skip
+    assert cfg.env.pool_mode == "subprocess" and cfg.env.id == ID
+    summary = RLTrainer(cfg).fit()
+    assert summary["steps"] == 2
+    assert summary["after"]["episodes"] == 2.0 and summary["after"]["env_errors"] == 0.0
+
+
+def test_eval_split_flag_takes_the_benchmark_names():
+    with pytest.raises(ValueError, match="split='valid_unseen' is not one of"):
+        main(["eval", "--env", "arborl/Maze-v0", "--split", "valid_unseen", "--policy", "random",
+              "--num-episodes", "1", "--no-baselines"])  # fmt: skip
