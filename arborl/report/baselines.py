@@ -33,15 +33,24 @@ def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[s
     n = min(int(ev.get("num_episodes", max_episodes)), max_episodes)
     seed = int(ev.get("seed", 0))
     out = {}
+    # The run's own pool mode: a packaged env runs in its isolated interpreter, as in training.
+    pool = {k: env[k] for k in ("timeout_s", "max_env_errors") if k in env}
     for name in BASELINE_POLICIES:
         policy = make_policy(name, cfg, seed=seed)
         try:
             res = collect_episodes(
                 policy, env["id"], n, cfg, split=env.get("eval_split", "test"), seed=seed,
-                env_kwargs=env.get("kwargs") or {},
+                env_kwargs=env.get("kwargs") or {}, pool_mode=env.get("pool_mode", "auto"),
+                pool_options=pool,
             )  # fmt: skip
         except NotImplementedError as e:  # e.g. an env without an oracle: no line
             log.info("report: no %s baseline for %s (%s)", name, env.get("id"), e)
+            continue
+        except Exception as e:  # a report line is never worth failing the run it reports
+            log.warning(
+                "report: the %s baseline of %s failed (%s: %s); the report draws no %s line",
+                name, env.get("id"), type(e).__name__, e, name,
+            )  # fmt: skip
             continue
         s = res.stats
         out[name] = {
