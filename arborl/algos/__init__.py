@@ -5,7 +5,6 @@ shapes: no I/O, no global state, and no imports from the rest of arborl, so trai
 search and tests can call it directly.
 """
 
-from arborl.algos._registry import UnknownNameError
 from arborl.algos.estimators import (
     ADV_ESTIMATOR_LEVELS,
     ADV_ESTIMATORS,
@@ -43,6 +42,7 @@ from arborl.algos.losses import (
 )
 from arborl.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from arborl.algos.returns import discounted_returns, gae
+from arborl.registry import UnknownNameError
 
 __all__ = [
     "ADV_ESTIMATORS",

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from arborl.algos._registry import lookup
 from arborl.data import Batch
+from arborl.registry import lookup
 
 DispatchFn = Callable[[int, tuple, dict], tuple[list[tuple[tuple, dict]], Any]]
 CollectFn = Callable[[list, Any], Any]

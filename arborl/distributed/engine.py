@@ -118,7 +118,7 @@ class RayEngine:
     check_config = staticmethod(check_ray_config)
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
-        check_ray_config(cfg)
+        # `check_config` (check_ray_config) already ran in RLTrainer, before the run dir.
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.version = -1
         self.fleet: RolloutFleet | None = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from arborl.registry import Registry, load_entry_point
+from arborl.registry import Registry
 
 ALGORITHMS: Registry[type] = Registry(
     "search algorithm", message="unknown {what} {name}.{hint} Known: {known}"
@@ -60,11 +60,6 @@ def is_evaluator_name(text: str) -> bool:
     """Whether `text` names an evaluator: a plain id, or `rm:PATH_OR_URL`."""
     key, sep, arg = text.partition(":")
     return key in EVALUATORS and (bool(sep and arg) if key in ARG_EVALUATORS else not sep)
-
-
-def load_entry(entry: str) -> Any:
-    """The object behind a `"module:attr"` string (see `arborl.registry.load_entry_point`)."""
-    return load_entry_point(entry, "search entry")
 
 
 def register_search(name: str, entry: Any) -> None:

@@ -171,15 +171,23 @@ def save_checkpoint(
     """`write_checkpoint` of a policy (HF format, + `extra_files` beside it) and a critic."""
 
     def parts(tmp: Path) -> dict[str, Any]:
-        policy.save_pretrained(tmp / "policy")
-        tokenizer.save_pretrained(tmp / "policy")
-        if critic is not None:
-            critic.save_pretrained(tmp / "critic")
+        save_model_parts(tmp, policy, tokenizer, critic)
         for name, text in (extra_files or {}).items():
             (tmp / "policy" / name).write_text(text)
         return {}
 
     return write_checkpoint(run_dir, step, parts, state, keep)
+
+
+def save_model_parts(directory: Path, policy, tokenizer, critic=None) -> Path:
+    """The checkpoint layout's model folders: `policy/` (HF weights + tokenizer) and
+    `critic/` when there is one; returns the policy folder."""
+    policy_dir = Path(directory) / "policy"
+    policy.save_pretrained(policy_dir)
+    tokenizer.save_pretrained(policy_dir)
+    if critic is not None:
+        critic.save_pretrained(Path(directory) / "critic")
+    return policy_dir
 
 
 def load_state(ckpt: str | Path) -> dict[str, Any]:

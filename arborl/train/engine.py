@@ -193,10 +193,9 @@ class LocalEngine:
 
     def save(self, directory: Path) -> dict[str, Any]:
         from arborl.agent.settings import save_agent_settings
+        from arborl.train.checkpoint import save_model_parts
 
-        policy_dir = directory / "policy"
-        self.model.save_pretrained(policy_dir)
-        self.tokenizer.save_pretrained(policy_dir)
+        policy_dir = save_model_parts(directory, self.model, self.tokenizer, self.critic)
         save_agent_settings(policy_dir, self.cfg.agent)
         state = {
             "optimizer": self.opt.state_dict(),
@@ -205,7 +204,6 @@ class LocalEngine:
             "generation_backend": self.backend.state_dict(),
         }
         if self.critic is not None:
-            self.critic.save_pretrained(directory / "critic")
             state["critic_optimizer"] = self.critic_opt.state_dict()
         if self.ref is not None:  # after a warm start it is not the spec's initial weights
             state["reference"] = self.ref.state_dict()
