@@ -24,7 +24,7 @@ from typing import Any
 
 from arborl.envs.packages.manifest import MODES
 from arborl.envs.pool import EnvPool, Pool
-from arborl.envs.remote.base import POOL_OPTIONS
+from arborl.envs.remote.base import pop_pool_options
 from arborl.registry import Registry
 
 POOL_MODES: Registry[Callable[..., Pool]] = Registry(
@@ -57,8 +57,7 @@ def package_context(env_id: str) -> dict[str, Any]:
 
 def inproc_pool(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:
     """`mode="inproc"`: an `EnvPool` in this process."""
-    for key in POOL_OPTIONS:
-        kw.pop(key, None)  # in-process calls cannot time out or crash separately
+    pop_pool_options(kw)  # in-process calls cannot time out or crash separately
     if ctx["manifest"] is not None:
         from arborl.envs.packages.userdata import register_package_envs
 

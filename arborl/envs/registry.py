@@ -54,8 +54,6 @@ class EnvSpec:
         """The class or factory behind `entry_point`."""
         if callable(self.entry_point):
             return self.entry_point
-        from arborl.registry import load_entry_point
-
         return load_entry_point(str(self.entry_point), f"env {self.id!r}: entry_point")
 
     def load_heuristic(self) -> Any:
@@ -141,39 +139,28 @@ def spec(id: str) -> EnvSpec:
     )
 
 
+def _keyword_params(creator: Any) -> list[str] | None:
+    """The keyword arguments `creator` takes, or None when it takes any (`**kwargs`) or its
+    signature cannot be read (builtins: let the call itself fail)."""
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in keyword]
+
+
 def _check_kwargs(env_id: str, creator: Any, kwargs: dict[str, Any]) -> None:
     """Raise if `creator` cannot take a kwarg: a silently ignored knob is a wrong experiment."""
-    try:
-        sig = inspect.signature(creator)
-    except (TypeError, ValueError):
-        return  # builtins without a signature: let the call itself fail
-    params = sig.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return
-    accepted = [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
-    bad = sorted(set(kwargs) - set(accepted))
+    accepted = _keyword_params(creator)
+    bad = [] if accepted is None else sorted(set(kwargs) - set(accepted))
     if bad:
         raise TypeError(
             f"env {env_id!r} ({getattr(creator, '__qualname__', creator)}) does not accept "
             f"kwarg(s) {bad}; accepted: {accepted}"
         )
-
-
-def _accepts(creator: Any, name: str) -> bool:
-    """Does `creator` take the keyword `name` (or any keyword)? True when unknowable."""
-    try:
-        sig = inspect.signature(creator)
-    except (TypeError, ValueError):
-        return True
-    return any(
-        p.kind is inspect.Parameter.VAR_KEYWORD
-        or (p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
-        for p in sig.parameters.values()
-    )
 
 
 def make(id: str, **kwargs: Any) -> Any:
@@ -183,7 +170,8 @@ def make(id: str, **kwargs: Any) -> Any:
     all_kwargs = {**env_spec.kwargs, **kwargs}
     limit = None  # the framework's turn limit, for an env that does not take `max_turns`
     if env_spec.max_turns is not None and "max_turns" not in all_kwargs:
-        if _accepts(creator, "max_turns"):
+        accepted = _keyword_params(creator)
+        if accepted is None or "max_turns" in accepted:
             all_kwargs["max_turns"] = env_spec.max_turns
         else:
             limit = env_spec.max_turns

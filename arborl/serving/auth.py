@@ -84,10 +84,12 @@ _JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 def json_depth(raw: bytes, stop_at: int | None = None) -> int:
     """Deepest array/object nesting in `raw` (strings skipped), without parsing it.
 
-    Stops counting once `stop_at` is passed, so a hostile body costs one regex scan.
+    Stops counting once `stop_at` is passed, so a hostile body costs one regex scan; a body
+    with no more brackets than `stop_at` returns its bracket count (an upper bound).
     """
-    if raw.count(b"[") + raw.count(b"{") <= (stop_at or 0):
-        return raw.count(b"[") + raw.count(b"{")  # cannot be deeper than the bracket count
+    brackets = raw.count(b"[") + raw.count(b"{")
+    if stop_at is not None and brackets <= stop_at:
+        return brackets  # cannot be deeper than the bracket count
     depth = best = 0
     for m in _JSON_TOKENS.finditer(raw):
         tok = m.group()

@@ -33,8 +33,7 @@ def _wait(pred, timeout_s: float = 60.0, what: str = "") -> None:
 @pytest.mark.slow
 def test_kill_9_replica_mid_episode(counter_interp):
     ctx = package_context(COUNTER_ID)
-    servers = ReplicaSet(COUNTER_ID, 2, python=ctx["python"], spec=ctx["spec"],
-                         exit_with_parent=True).start()  # fmt: skip
+    servers = ReplicaSet(COUNTER_ID, 2, python=ctx["python"], spec=ctx["spec"]).start()
     pool = make_pool(COUNTER_ID, 4, mode="http", urls=servers.urls, token=servers.token,
                      timeout_s=5.0)  # fmt: skip
     try:

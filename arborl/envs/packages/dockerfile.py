@@ -26,9 +26,9 @@ from arborl.envs.packages.manifest import EnvManifest
 
 PORT = 8000
 RUNTIME_MODULES = ("__init__.py", "registry.py")
+"""The top-level modules of `arborl/` the env code imports (standard library only)."""
 RUNTIME_PACKAGES = ("envs", "serving")
 """The packages of `arborl/` the env server runs on, copied whole."""
-"""The modules of `arborl/` outside `envs/` that the env code imports (standard library only)."""
 MICROMAMBA_IMAGE = "mambaorg/micromamba:1.5.10"
 _IGNORE = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".git",
                                  ".arborl-docker", "*.pyc")  # fmt: skip

@@ -160,9 +160,9 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         if path.suffix == ".toml":
             return tomllib.loads(path.read_text())
-        from arborl.config.yamlsafe import load_yaml
+        from arborl.config.yamlsafe import load_yaml, read_text
 
-        data = load_yaml(path.read_text(), str(path))  # aliases bounded, no duplicate keys
+        data = load_yaml(read_text(path), str(path))  # aliases bounded, no duplicate keys
     except Exception as e:
         raise ManifestError(f"{path}: cannot parse: {e}") from e
     if not isinstance(data, dict):

@@ -238,7 +238,7 @@ def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = No
         from arborl.envs.remote.serve import ReplicaSet
 
         servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
-                             token=token, exit_with_parent=True).start()  # fmt: skip
+                             token=token).start()  # fmt: skip
         urls, token = servers.urls, servers.token
     t = HttpTransport(urls, token or "", owned_servers=servers)
     try:

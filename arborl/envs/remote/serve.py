@@ -107,7 +107,7 @@ class ReplicaSet:
     def __init__(self, env_id: str, num_replicas: int = 1, port: int = 0,
                  host: str = "127.0.0.1", token: str | None = None, python: str | None = None,
                  spec: dict | None = None, idle_timeout_s: float = 600.0,
-                 state_file: Path | None = None, exit_with_parent: bool = False,
+                 state_file: Path | None = None,
                  log_dir: Path | None = None, health_timeout_s: float = 60.0,
                  max_restarts: int = 100, max_sessions: int = 4096,
                  call_timeout_s: float = 60.0) -> None:  # fmt: skip
@@ -116,9 +116,7 @@ class ReplicaSet:
         self.env_id, self.host, self.python, self.spec = env_id, host, python, spec
         self.token = token or os.environ.get(TOKEN_ENV_VAR) or secrets.token_urlsafe(24)
         self.token_generated = not (token or os.environ.get(TOKEN_ENV_VAR))
-        # Replicas always exit with their supervisor now (no orphans, issue 19); the flag
-        # is kept so existing callers still work.
-        self.idle_timeout_s, self.exit_with_parent = idle_timeout_s, exit_with_parent
+        self.idle_timeout_s = idle_timeout_s  # replicas always exit with this supervisor
         self.state_file, self.health_timeout_s = state_file, health_timeout_s
         self.max_restarts, self.max_sessions = max_restarts, max_sessions
         self.call_timeout_s = call_timeout_s
