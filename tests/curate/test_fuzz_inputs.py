@@ -69,6 +69,19 @@ def _replace(obj, path, new):
     return obj
 
 
+def _reject(constant: str):
+    raise ValueError(constant)
+
+
+def _strict_json(line: str):
+    """`line` as strict JSON (no NaN/Infinity, encodable as UTF-8), else None."""
+    try:
+        line.encode("utf-8")
+        return json.loads(line, parse_constant=_reject)
+    except ValueError:
+        return None
+
+
 def _dump(row) -> str:
     # json.dumps writes NaN/Infinity (not strict JSON) and lone surrogates as escapes:
     # both are what a careless producer writes, and the readers must cope.
@@ -106,7 +119,10 @@ def test_curate_reader_accounts_for_every_row_and_never_crashes(tmp_path_factory
     try:
         read_file(path, SourceConfig(path=str(path), format=fmt), strict=False, out=out)
     except UnreadableInput:
-        return  # a file of nothing readable fails the run (exit 1), by design
+        # By design only a file with no decodable row fails the run (exit 1): every line
+        # here must then be junk, NaN/Infinity or a lone surrogate (not strict UTF-8 JSON).
+        assert not any(isinstance(_strict_json(line), dict) for line in lines), lines
+        return
     assert len(out.records) + len(out.malformed) == len(lines)
     for bad in out.malformed:
         assert bad.file and bad.row >= 1 and bad.field and bad.reason

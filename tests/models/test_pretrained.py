@@ -49,7 +49,6 @@ def test_smollm2_tokenizer_survives_save_and_load(smollm2, tmp_path):
 def test_unknown_model_lists_pretrained_names():
     with pytest.raises(ValueError, match="smollm2-135m-instruct"):
         load_policy("no-such-model")
-    assert "smollm2-135m-instruct" in PRETRAINED
 
 
 @pytest.mark.slow
