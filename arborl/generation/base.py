@@ -45,6 +45,13 @@ def row_seed(seed: int, row: int) -> int:
     return (seed * SEED_STRIDE + row) % MAX_SEED
 
 
+def eos_token_ids(tokenizer_eos: int | None, config_eos: int | list[int] | None) -> list[int]:
+    """The ids that end a turn: the tokenizer's eos, then the model's
+    `generation_config.eos_token_id` (an int or a list), each once, in that order."""
+    extra = config_eos if isinstance(config_eos, list | tuple) else [config_eos]
+    return list(dict.fromkeys(int(t) for t in [tokenizer_eos, *extra] if t is not None))
+
+
 @dataclass
 class Completion:
     """One generated completion."""

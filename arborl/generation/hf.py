@@ -22,7 +22,7 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
-from arborl.generation.base import Completion, SamplingParams
+from arborl.generation.base import Completion, SamplingParams, eos_token_ids
 from arborl.models.scoring import cache_kwarg, position_ids_from_mask
 
 
@@ -189,10 +189,9 @@ class HFBackend:
         self.skip_special_tokens = skip_special_tokens
         """Decode `Completion.text` without special tokens (ids always keep them)."""
         self._generator = torch.Generator().manual_seed(seed)
-        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        eos.update(cfg_eos if isinstance(cfg_eos, list) else [cfg_eos])
-        self.eos_token_ids = sorted(e for e in eos if e is not None)
+        # sorted: the pad fallback below takes the smallest id, as it always has
+        self.eos_token_ids = sorted(eos_token_ids(tokenizer.eos_token_id, cfg_eos))
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         )

@@ -18,15 +18,14 @@ from arborl.generation.openai_backend import OpenAIBackend
 from arborl.generation.vllm_backend import VLLMBackend
 from arborl.registry import Registry
 
-BACKENDS: Registry[type] = Registry(
-    "generation backend", error=ValueError, message="unknown {what} {name}; known: {known}.{hint}"
-)
+_UNKNOWN = "unknown {what} {name}; known: {known}.{hint}"
+BACKENDS: Registry[type] = Registry("generation backend", error=ValueError, message=_UNKNOWN)
 """Backend classes by `kind`."""
 BACKENDS.register("hf", HFBackend)
 BACKENDS.register("openai", OpenAIBackend)
 BACKENDS.register("vllm", VLLMBackend)
 
-BUILDERS: Registry = Registry("generation backend", error=ValueError)
+BUILDERS: Registry = Registry("generation backend", error=ValueError, message=_UNKNOWN)
 """`kind` -> `build(spec, is_url, opts) -> (backend, tokenizer)`, `opts` being
 `make_backend`'s keyword arguments."""
 
@@ -57,7 +56,6 @@ def make_backend(
     """
     is_url = spec.startswith(("http://", "https://"))
     kind = kind or ("openai" if is_url else "hf")
-    get_backend_class(kind)
     opts = dict(
         tokenizer=tokenizer,
         model_name=model_name,

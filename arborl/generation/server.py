@@ -39,7 +39,7 @@ from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
 from arborl.generation.token_bytes import token_bytes
-from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, openai_error
 
 MAX_ROWS = 256
 """Default cap on prompts x n in one request (each row is a sequence generated)."""
@@ -113,9 +113,7 @@ def _finite(values: list[float]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in values]
 
 
-def render_error(status: int, kind: str, message: str) -> dict:
-    """The OpenAI-style error body."""
-    return {"error": {"message": message, "type": kind, "code": status}}
+render_error = openai_error  # this server's error body
 
 
 def _check_limits(prompts: list[list[int]], req: _Base, max_tokens: int, vocab: int,

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from arborl.generation.base import Completion, SamplingParams, row_seed
+from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seed
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 INSTALL_HINT = (
@@ -136,17 +136,12 @@ class VLLMBackend:
 
 
 def _eos_token_ids(llm: Any, tokenizer: Any) -> list[int]:
-    """The tokenizer's eos plus the model's `generation_config.eos_token_id` (int or list)."""
-    ids = [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+    """`eos_token_ids` of the tokenizer and the generation config vLLM loaded."""
     try:
         gen = llm.llm_engine.model_config.try_get_generation_config() or {}
     except AttributeError:
         gen = {}
-    extra = gen.get("eos_token_id")
-    for t in [extra] if isinstance(extra, int) else list(extra or []):
-        if int(t) not in ids:
-            ids.append(int(t))
-    return ids
+    return eos_token_ids(tokenizer.eos_token_id, gen.get("eos_token_id"))
 
 
 def _load_tokenizer(model: str) -> Any:

@@ -34,7 +34,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from arborl.data.trajectory import Trajectory
-from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, resolve_key
+from arborl.serving import (
+    DEFAULT_LIMITS,
+    Guard,
+    Limits,
+    install_handlers,
+    openai_error,
+    resolve_key,
+)
 
 TOKEN_ENV = "ARBORL_TOKEN"
 """Environment variable holding the bearer token when `--token` is not given."""
@@ -61,9 +68,7 @@ class RMServerError(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def render_error(status: int, kind: str, message: str) -> dict:
-    """The reward-model server's error body."""
-    return {"error": {"message": message, "type": kind, "code": status}}
+render_error = openai_error  # this server's error body (the OpenAI shape)
 
 
 def _check_text(value: Any, where: str) -> int:

@@ -18,7 +18,7 @@ from arborl.serving.auth import (
     json_depth,
     resolve_key,
 )
-from arborl.serving.guard import Guard, install_handlers
+from arborl.serving.guard import Guard, install_handlers, openai_error
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -29,5 +29,6 @@ __all__ = [
     "check_bind",
     "is_loopback",
     "json_depth",
+    "openai_error",
     "resolve_key",
 ]

@@ -82,6 +82,11 @@ class Guard:
         await self.app(scope, replay, send)
 
 
+def openai_error(status: int, kind: str, message: str) -> dict:
+    """The OpenAI-style error body (`arborl serve` and `arborl rm serve` reply with it)."""
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
 def install_handlers(app: Any, render: Render) -> None:
     """JSON errors in the server's shape for FastAPI's own failures: a malformed body is
     422 naming the field (the input is never echoed, so a NaN in it cannot break the

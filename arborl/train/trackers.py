@@ -87,6 +87,6 @@ def check_loggers(names: list[str], prefix: str = "trainer.loggers") -> None:
 
 
 def build_trackers(names, run: Any, config: dict[str, Any] | None = None) -> list:
-    """One tracker per name, in order, for `run` (a `RunDir`); an unknown name raises."""
-    check_loggers(list(names))
+    """One tracker per name, in order, for `run` (a `RunDir`); an unknown name raises
+    (`TrainConfig` already ran `check_loggers` on `trainer.loggers`)."""
     return [TRACKERS.get(n)(run, config) for n in names]

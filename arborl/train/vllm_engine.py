@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class VLLMEngine:
         self.run_dir = run_dir
         self.version = 0
         self.backend = None
+        self._boot_dir: str | None = None  # the policy copy vLLM starts from (removed on close)
 
     def _engine(self):
         """The vLLM backend, started on first use from the current weights."""
@@ -63,7 +65,7 @@ class VLLMEngine:
             from arborl.generation.vllm_backend import VLLMBackend
             from arborl.models import save_policy
 
-            tmp = tempfile.mkdtemp(prefix="arborl-vllm-", dir=self.run_dir)
+            tmp = self._boot_dir = tempfile.mkdtemp(prefix="arborl-vllm-", dir=self.run_dir)
             save_policy(self.local.model, self.local.tokenizer, tmp)
             limit = int(getattr(self.local.model.config, "max_position_embeddings", 2048))
             self.backend = VLLMBackend(
@@ -123,3 +125,6 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.local.close()
+        if self._boot_dir is not None:  # a full policy copy: not part of the run's outputs
+            shutil.rmtree(self._boot_dir, ignore_errors=True)
+            self._boot_dir = None

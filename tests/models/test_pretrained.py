@@ -11,7 +11,6 @@ import pytest
 
 from arborl.generation import HFBackend, SamplingParams
 from arborl.models import load_policy, load_tokenizer
-from arborl.models.pretrained import PRETRAINED
 
 
 @pytest.fixture(scope="module")
