@@ -59,9 +59,8 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
 
     # --- tasks ------------------------------------------------------------------------
     def _sample_task(self, rng, split: str) -> dict:
-        games = self.games if data.canonical_split(split) == self.game_split else None
-        if games is None:
-            games = data.game_files(split)
+        same = data.canonical_split(split) == self.game_split
+        games = self.games if same else data.game_files(split)
         return {"game": games[rng.randrange(len(games))]}
 
     def _task_id(self, task: dict) -> str:
@@ -73,7 +72,13 @@ class ALFWorldEnv(ReplaySnapshot, TextEnv):
     # --- engine -----------------------------------------------------------------------
     def _path(self, task: dict) -> Path:
         path = Path(task["game"])
-        return path if path.is_absolute() else self.root / path
+        if path.is_absolute():
+            return path
+        # A game path starts with its split's folder, and splits may live in different
+        # roots (ALFWORLD_DATA for one, the unpacked archive for another).
+        return (
+            self.root if path.parts[0] == self.game_split else data.data_root(path.parts[0])
+        ) / path
 
     def _start(self, task: dict) -> str:
         if self._engine is not None:

@@ -17,7 +17,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture(scope="module")
 def server():
-    rs = ReplicaSet("arborl/Maze-v0", 1, token=TOKEN, idle_timeout_s=1.0, exit_with_parent=True)
+    rs = ReplicaSet("arborl/Maze-v0", 1, token=TOKEN, idle_timeout_s=1.0)
     rs.start()
     yield rs
     rs.stop()
