@@ -96,11 +96,20 @@ def lr_lambda(warmup: int, total: int, schedule: str = "cosine", floor: float = 
     return f
 
 
-def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step_offset: int = 0):
+def run_sft(
+    model,
+    tokenizer,
+    examples: list[SFTExample],
+    cfg,
+    logger=None,
+    step_offset: int = 0,
+    progress: bool = True,
+):
     """Train `model` in place for `cfg.steps` AdamW steps on random batches of `examples`.
 
     `cfg` is an `SFTConfig`. Batches are drawn with a `torch.Generator` seeded by
     `cfg.seed`, so two runs with the same seed see the same batches. Returns final stats.
+    `progress=False` hides the bar it shows when no `logger` advances one.
     """
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -110,7 +119,9 @@ def run_sft(model, tokenizer, examples: list[SFTExample], cfg, logger=None, step
     # A bar of its own when no logger advances one (the RL trainer logs SFT as one record).
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=cfg.steps, desc="SFT", dynamic_ncols=True, disable=logger is not None)
+    bar = tqdm(
+        total=cfg.steps, desc="SFT", dynamic_ncols=True, disable=logger is not None or not progress
+    )
     for step in range(cfg.steps):
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
         batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
@@ -165,7 +176,10 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
         len(examples),
         cfg.sft.steps,
     )
-    stats = run_sft(model, tokenizer, examples, cfg.sft, logger=logger if log_steps else None)
+    stats = run_sft(
+        model, tokenizer, examples, cfg.sft, logger=logger if log_steps else None,
+        progress=cfg.trainer.progress,
+    )  # fmt: skip
     if logger is not None and not log_steps:
         logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
     return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos))}
