@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from arborl.train.evaluate import format_success
+    from arborl.train.evaluate import format_gain, format_success
     from arborl.train.rl import RLTrainer, TrainingAborted
 
     try:
@@ -34,6 +34,8 @@ def _run(args: argparse.Namespace) -> int:
     if b:
         print(format_success("held-out success before RL", b))
     print(format_success("held-out success after RL ", a))
+    if summary.get("gain"):
+        print(format_gain("RL gain on the same tasks    ", summary["gain"]))
     report = Path(summary["run_dir"]) / "report.html"
     if report.exists():
         print(f"report: {report}  (open it in a browser; `arborl report` rebuilds it)")

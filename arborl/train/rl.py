@@ -45,6 +45,7 @@ from arborl.train.diagnostics import (
     train_token_diagnostics,
 )
 from arborl.train.engine import ENGINES, Engine, RolloutPlan
+from arborl.train.evaluate import paired_gain
 from arborl.train.runlog import MetricsLogger, RunDir
 from arborl.train.update import minibatch_schedule
 
@@ -161,6 +162,8 @@ class RLTrainer:
         self.saved_step: int | None = None
         """The step of the newest checkpoint this run wrote or resumed from."""
         self.history: dict[str, list] = {"train": [], "eval": []}
+        self.last_outcomes: dict[int, float] = {}
+        """Task seed -> 1.0 won / 0.0 lost of the newest evaluation."""
         self.callbacks: list[Callable[[RLTrainer], None]] = []
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
 
@@ -287,8 +290,10 @@ class RLTrainer:
                 )
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        """Held-out metrics; the engine's sampled episodes go to `eval_episodes/`."""
+        """Held-out metrics; the engine's sampled episodes go to `eval_episodes/` and the
+        per-task outcomes to `last_outcomes` (for the paired before/after gain)."""
         ev = self.engine.evaluate(num_episodes)
+        self.last_outcomes = ev.pop("outcomes", {})
         sample = ev.pop("sample", None)
         if sample:
             write_trajectories(
@@ -377,6 +382,7 @@ class RLTrainer:
         else:
             before = self.evaluate()
             self.history["before"] = before
+            self.history["before_outcomes"] = self.last_outcomes
             log.info(
                 "before RL: success %.3f [%.3f, %.3f]",
                 before["success"],
@@ -410,6 +416,8 @@ class RLTrainer:
         summary = {
             "before": self.history.get("before"),
             "after": after,
+            # after - before on the same tasks and sampling seed, with a paired interval
+            "gain": paired_gain(self.history.get("before_outcomes", {}), self.last_outcomes),
             "steps": self.step,
             "env_steps": self.env_steps,
             "wall_s": round(time.perf_counter() - t_start, 1),

@@ -215,6 +215,7 @@ def sft_job(cfg) -> dict:
             backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
             split=cfg.env.eval_split, keep_episodes=cfg.eval.save_episodes,
         )  # fmt: skip
+        after.pop("outcomes", None)  # per-task wins: not a metric
         sample = after.pop("sample", [])
         if sample:
             write_trajectories(

@@ -48,6 +48,11 @@ def _check_run(run, steps, plots=True):
     assert summary["steps"] == steps
     for key in ("before", "after"):
         assert 0.0 <= summary[key]["success"] <= 1.0 and summary[key]["episodes"] == 4
+    gain = summary["gain"]  # paired on the same 4 tasks: the difference of the two rates
+    assert gain["tasks"] == 4
+    assert gain["gain"] == pytest.approx(summary["after"]["success"] - summary["before"]["success"])
+    assert gain["improved"] - gain["worsened"] == pytest.approx(4 * gain["gain"])
+    assert not any("outcomes" in k for r in read_metrics(run / "metrics.jsonl") for k in r)
     # The report (refreshed at each evaluation) and the held-out episodes it shows.
     assert (run / "report.html").stat().st_size > 1_000_000  # Plotly is inlined
     for step in (0, steps):
@@ -71,6 +76,7 @@ def test_train_each_algo(algo, tmp_path, capsys):
         assert (tmp_path / algo / "checkpoints" / "step-2" / "critic").is_dir()
     out = capsys.readouterr().out
     assert "held-out success before RL" in out and "after RL" in out
+    assert "RL gain on the same tasks" in out
 
 
 def test_train_with_kl_to_a_reference(tmp_path):
