@@ -4,9 +4,12 @@ Exact duplicates are found by hashing normalised text (case folded, whitespace
 collapsed). Near duplicates use MinHash signatures of character shingles, computed for all
 rows at once (`arborl.curate.minhash`), and LSH bands: rows that share a band are the
 candidates, so finding them costs a few dict lookups per row instead of all pairs. The
-bands are chosen loosely (they propose extra candidates rather than miss pairs) and each
-candidate is confirmed by the exact Jaccard similarity of the two shingle sets, so the
-threshold means exactly what it says. Rows are visited best first (score, won, return,
+bands are chosen loosely (they propose extra candidates rather than miss pairs); a
+candidate whose signatures agree on far fewer bins than the threshold asks (6 standard
+errors below it, `estimate_floor`) is skipped, and every other one is confirmed by the
+exact Jaccard similarity of the two shingle sets, so the threshold means exactly what it
+says. (Without that floor, the chance candidates of unrelated rows, which grow with the
+square of the row count, made a 100,000-row run spend most of its time on them.) Rows are visited best first (score, won, return,
 then input order), so the row kept from a duplicate set is its best.
 
 Stages that sign texts take a `signers` dict (settings -> `Signer`) from the pipeline, so
@@ -26,9 +29,11 @@ import numpy as np
 from arborl.curate.config import DedupConfig
 from arborl.curate.minhash import (
     Signer,
+    agreement,
     band_keys,
     band_params,
     colliding_pairs,
+    estimate_floor,
     normalize,
     rows_sharing_a_key,
 )
@@ -90,11 +95,13 @@ def near_dedup(
 ) -> tuple[list[Record], list[tuple]]:
     """(kept in input order, [(dropped, reason)]): a row is dropped when a better kept row
     has Jaccard similarity >= `cfg.threshold` with it (exact, on the shingle sets of the
-    kept rows it shares an LSH band with)."""
+    kept rows it shares an LSH band with, past the estimate floor)."""
     order = best_first(records)
     texts = [conversation_text(r.traj) for r in order]
     signer = signer_for(signers, cfg.num_perm, cfg.shingle_size, cfg.seed)
-    keys = band_keys(signer.sign(texts), *candidate_bands(cfg.threshold, cfg.num_perm))
+    sig = signer.sign(texts)
+    keys = band_keys(sig, *candidate_bands(cfg.threshold, cfg.num_perm))
+    floor = estimate_floor(cfg.threshold, cfg.num_perm)
     buckets = [_bucket(r, cfg) for r in order]
     salt = np.array([_BUCKET_SALT[b] for b in buckets], np.uint64)[:, None]
     tables: dict[bool | None, dict[int, list[int]]] = defaultdict(dict)
@@ -103,8 +110,11 @@ def near_dedup(
     # nobody's: it is kept without a look-up, so only the few others take the loop below
     for i in np.flatnonzero(rows_sharing_a_key(keys ^ salt)).tolist():
         table, row_keys = tables[buckets[i]], keys[i].tolist()
+        others = np.array(sorted({j for key in row_keys for j in table.get(key, ())}), int)
         best = None
-        for j in sorted({j for key in row_keys for j in table.get(key, ())}):
+        if others.size:
+            others = others[(sig[others] == sig[i]).mean(axis=1) >= floor]
+        for j in others.tolist():
             sim = signer.jaccard(texts[i], texts[j])  # earlier (better) rows first: ties
             if sim >= cfg.threshold and (best is None or sim > best[1]):  # keep the best
                 best = (j, sim)
@@ -140,8 +150,10 @@ def near_clusters(
              for a in range(len(g)) for b in range(a + 1, len(g))]  # fmt: skip
     if len(distinct) > 1:
         signer = signer_for(signers, num_perm, size, seed)
-        keys = band_keys(signer.sign(distinct), *candidate_bands(threshold, num_perm))
-        for p, q in colliding_pairs(keys).tolist():
+        sig = signer.sign(distinct)
+        cand = colliding_pairs(band_keys(sig, *candidate_bands(threshold, num_perm)))
+        cand = cand[agreement(sig, cand) >= estimate_floor(threshold, num_perm)]
+        for p, q in cand.tolist():
             sim = signer.jaccard(distinct[p], distinct[q])
             if sim >= threshold:
                 pairs += [(min(i, j), max(i, j), sim) for i in groups[distinct[p]]

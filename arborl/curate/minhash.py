@@ -48,7 +48,11 @@ def shingles(text: str, size: int) -> set[str]:
 
 
 def jaccard(a: set, b: set) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
+    """|a & b| / |a | b| (1.0 for two empty sets), without building the union."""
+    if not a and not b:
+        return 1.0
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -125,6 +129,7 @@ class Signer:
         self._row: dict[str, int] = {}
         self._sigs = np.empty((0, num_perm), np.uint32)
         self._sets: dict[str, set[str]] = {}
+        self._sims: dict[tuple[str, str], float] = {}
 
     def sign(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), num_perm) uint32: the signature of every text, in order."""
@@ -144,8 +149,14 @@ class Signer:
         return s
 
     def jaccard(self, a: str, b: str) -> float:
-        """Exact Jaccard similarity of the two texts' shingle sets."""
-        return 1.0 if a == b else jaccard(self.shingle_set(a), self.shingle_set(b))
+        """Exact Jaccard similarity of the two texts' shingle sets (kept for a second ask)."""
+        if a == b:
+            return 1.0
+        key = (a, b) if a < b else (b, a)
+        sim = self._sims.get(key)
+        if sim is None:
+            sim = self._sims[key] = jaccard(self.shingle_set(a), self.shingle_set(b))
+        return sim
 
     def _sign_new(self, texts: list[str]) -> np.ndarray:
         k, size, n = self.num_perm, self.shingle_size, len(texts)
@@ -221,6 +232,20 @@ def band_params(threshold: float, num_perm: int, fp_weight: float = 0.2) -> tupl
         if err[k] < best_err:
             best, best_err = (k + 1, r), float(err[k])
     return best
+
+
+def estimate_floor(threshold: float, num_perm: int) -> float:
+    """The least share of equal bins worth an exact Jaccard check for `threshold`: 6
+    standard errors of the estimate (and at least 0.15) below it, so a pair at or above
+    the threshold falls under it with a chance of about 1e-9, while the many chance
+    candidates of a large set (similarity 0.1-0.3, sharing one band by luck) are skipped."""
+    se = (threshold * (1.0 - threshold) / num_perm) ** 0.5
+    return threshold - max(0.15, 6.0 * se)
+
+
+def agreement(sig: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """(m,) share of equal bins of each pair (i, j) of rows of `sig`: the Jaccard estimate."""
+    return (sig[pairs[:, 0]] == sig[pairs[:, 1]]).mean(axis=1)
 
 
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:

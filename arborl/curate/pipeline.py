@@ -11,11 +11,14 @@ half-written file is ever at an output path. Leftovers of a killed run (`.<name>
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -52,8 +55,28 @@ def _score(records: list[Record], cfg: CurateConfig, report: Report) -> list[Rec
     return kept
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while the stages run, back on (if it was) after. The
+    stages build millions of small objects and no reference cycles, so every full
+    collection walked the whole growing heap and found nothing: with it on, reading
+    100,000 rows took twice as long. Reference counting still frees everything."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     """All stages up to and including the split; nothing is written."""
+    with _cyclic_gc_paused():
+        return _curate(cfg)
+
+
+def _curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     report = Report()
     signers: Signers = {}  # MinHash signatures, computed once per text and reused below
     read = read_sources(cfg.sources, strict=cfg.strict)
