@@ -29,10 +29,8 @@ import numpy as np
 from arborl.curate.config import DedupConfig
 from arborl.curate.minhash import (
     Signer,
-    agreement,
     band_keys,
     band_params,
-    colliding_pairs,
     estimate_floor,
     normalize,
     rows_sharing_a_key,
@@ -150,9 +148,8 @@ def near_clusters(
              for a in range(len(g)) for b in range(a + 1, len(g))]  # fmt: skip
     if len(distinct) > 1:
         signer = signer_for(signers, num_perm, size, seed)
-        sig = signer.sign(distinct)
-        cand = colliding_pairs(band_keys(sig, *candidate_bands(threshold, num_perm)))
-        cand = cand[agreement(sig, cand) >= estimate_floor(threshold, num_perm)]
+        bands = candidate_bands(threshold, num_perm)
+        cand = signer.candidate_pairs(distinct, *bands, estimate_floor(threshold, num_perm))
         for p, q in cand.tolist():
             sim = signer.jaccard(distinct[p], distinct[q])
             if sim >= threshold:

@@ -130,6 +130,7 @@ class Signer:
         self._sigs = np.empty((0, num_perm), np.uint32)
         self._sets: dict[str, set[str]] = {}
         self._sims: dict[tuple[str, str], float] = {}
+        self._pairs: dict[tuple, np.ndarray] = {}
 
     def sign(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), num_perm) uint32: the signature of every text, in order."""
@@ -140,6 +141,19 @@ class Signer:
             self._row.update((t, base + i) for i, t in enumerate(new))
             self._sigs = np.concatenate([self._sigs, *parts])
         return self._sigs[[self._row[t] for t in texts]]
+
+    def candidate_pairs(
+        self, texts: Sequence[str], bands: int, rows: int, floor: float
+    ) -> np.ndarray:
+        """(m, 2) sorted pairs (i < j) of `texts` that share an LSH band and agree on at
+        least `floor` of their bins; kept, so the leak check's second ask is free."""
+        key = (tuple(texts), bands, rows, floor)
+        pairs = self._pairs.get(key)
+        if pairs is None:
+            sig = self.sign(texts)
+            pairs = colliding_pairs(band_keys(sig, bands, rows))
+            pairs = self._pairs[key] = pairs[agreement(sig, pairs) >= floor]
+        return pairs
 
     def shingle_set(self, text: str) -> set[str]:
         """`shingles(text, shingle_size)`, kept for the next exact Jaccard check."""
@@ -264,7 +278,7 @@ def colliding_pairs(keys: np.ndarray) -> np.ndarray:
     """(m, 2) int64 sorted unique pairs (i < j) of rows sharing at least one band key."""
     n, bands = keys.shape
     flat = keys.ravel()
-    order = np.argsort(flat, kind="stable")
+    order = np.argsort(flat)  # the order within a run does not matter: pairs are sorted
     ranked = flat[order]
     row = order // bands
     edge = np.flatnonzero(np.diff(ranked) != 0) + 1

@@ -116,8 +116,12 @@ def assign_splits(
     order = np.random.default_rng(cfg.seed).permutation(len(groups))
     shuffled = sorted((groups[k] for k in order), key=len, reverse=True)
     for g in shuffled:
-        domain = Counter(records[i].domain for i in g).most_common(1)[0][0]
-        split = max(names, key=lambda s: target[domain][s] - have[domain][s])
+        if len(g) == 1:  # most groups: no vote to count
+            domain = records[g[0]].domain
+        else:
+            domain = Counter(records[i].domain for i in g).most_common(1)[0][0]
+        want, got = target[domain], have[domain]
+        split = max(names, key=lambda s: want[s] - got[s])
         for i in g:
             records[i].split = split
             have[records[i].domain][split] += 1
