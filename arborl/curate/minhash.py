@@ -10,10 +10,11 @@ functions. The cost is one hash per shingle instead of `num_perm`, and it all ru
 numpy arrays holding a whole batch of texts (code points -> a hash of each `size`-gram ->
 bins by `np.minimum.at`): there is no Python loop per shingle or per permutation.
 
-`Signer` remembers each text it signed, and its shingle set once one was needed for an
-exact Jaccard check, so the split stage and the leak check, which read the same task
-texts, sign and shingle each text once. Bands are hashed to one 64-bit key per (row,
-band), which candidate searches put in plain dicts or sort.
+`Signer` remembers each text it signed, its shingle set once one was needed for an exact
+Jaccard check, the Jaccard values and the candidate pairs of a list of texts, so the split
+stage and the leak check, which read the same task texts, do that work once. Bands are
+hashed to one 64-bit key per (row, band), which candidate searches put in plain dicts or
+sort.
 """
 
 from __future__ import annotations
