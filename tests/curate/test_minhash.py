@@ -41,11 +41,11 @@ def reference_signature(text: str, num_perm: int, size: int, seed: int) -> list[
         bins[b] = v if bins[b] is None else min(bins[b], v)
     out = []
     for j in range(num_perm):
-        try_ = 0
-        while bins[j] is None and bins[_splitmix(key ^ (j + (try_ << 32))) % num_perm] is None:
+        src, try_ = j, 0
+        while bins[src] is None:
+            src = _splitmix(key ^ (j + (try_ << 32))) % num_perm
             try_ += 1
-        out.append(bins[j] if bins[j] is not None else
-                   bins[_splitmix(key ^ (j + (try_ << 32))) % num_perm])  # fmt: skip
+        out.append(bins[src])
     return out
 
 
