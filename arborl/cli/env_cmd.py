@@ -20,8 +20,7 @@ import json
 import sys
 from typing import Any
 
-from arborl.envs import EnvCheckError, check_env, make, registered_ids, spec
-from arborl.envs.base import SPLITS
+from arborl.cli.names import SPLITS
 
 
 def _json_safe(info: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +29,8 @@ def _json_safe(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from arborl.envs import registered_ids, spec
+
     rows = [("id", "max_turns", "action format", "splits", "description")]
     for env_id in registered_ids():
         s = spec(env_id)
@@ -70,6 +71,8 @@ def _list_packages() -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from arborl.envs import EnvCheckError, registered_ids
+
     if not args.all and not args.id:
         print("error: give an env ID or --all", file=sys.stderr)
         return 2
@@ -92,7 +95,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _check_one(env_id: str, args: argparse.Namespace) -> None:
     """check_env directly, or through a pool: with --mode, or for a package env (whose
     dependencies only its own interpreter has) in the package's preferred mode."""
-    from arborl.envs import make_pool
+    from arborl.envs import check_env, make_pool, registered_ids
     from arborl.envs.packages.userdata import package_of
 
     mode = getattr(args, "mode", None)
@@ -110,6 +113,8 @@ def _check_one(env_id: str, args: argparse.Namespace) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    from arborl.envs import make
+
     env = make(args.id)
     obs, info = env.reset(seed=args.seed, options={"split": args.split})
     print(env.instruction)
@@ -142,6 +147,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 def _cmd_demos(args: argparse.Namespace) -> int:
     from arborl.data.trajectory import Step, Trajectory, write_trajectories
+    from arborl.envs import make
 
     env = make(args.id)
     trajectories = []
@@ -193,6 +199,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from arborl.envs import spec
     from arborl.envs.modes import package_context
     from arborl.envs.packages.userdata import arborl_home, run_state_file
     from arborl.envs.remote.serve import ReplicaSet

@@ -2,8 +2,12 @@
 
 Each subcommand lives in `arborl/cli/<name>_cmd.py` and exposes
 `register(subparsers)`, which adds its parser and sets `func` (called with the parsed
-args, returning an exit code). Modules are imported only when listed here, so a broken
-optional dependency of one command never breaks the others' `--help`.
+args, returning an exit code). `main` imports only the module of the command on the
+command line: `arborl --help` lists the commands from the table below without importing
+any of them, and `arborl train ...` never imports `env_cmd`. So the CLI answers at once
+(the modules, and what they import, are read when a command runs), and a broken optional
+dependency of one command never breaks another. `build_parser()` with no argument builds
+every command's parser (the help tests and `tools/gen_cli_docs.py` walk it).
 """
 
 from __future__ import annotations
@@ -14,42 +18,68 @@ import sys
 
 from arborl import __version__
 
-# (subcommand module, one-line help) in the order `arborl --help` shows them.
-COMMANDS: list[tuple[str, str]] = [
-    ("train", "arborl.cli.train_cmd"),
-    ("sft", "arborl.cli.sft_cmd"),
-    ("rollout", "arborl.cli.rollout_cmd"),
-    ("eval", "arborl.cli.eval_cmd"),
-    ("serve", "arborl.cli.serve_cmd"),
-    ("search", "arborl.cli.search_cmd"),
-    ("rm", "arborl.cli.rm_cmd"),
-    ("curate", "arborl.cli.curate_cmd"),
-    ("env", "arborl.cli.env_cmd"),
-    ("report", "arborl.cli.report_cmd"),
-    ("config", "arborl.cli.config_cmd"),
-]
+COMMANDS: list[tuple[str, str, str]] = [
+    ("train", "arborl.cli.train_cmd",
+     "SFT warm start + RL (PPO/GRPO/RLOO/REINFORCE++/GiGPO) with held-out evaluation"),
+    ("sft", "arborl.cli.sft_cmd",
+     "SFT warm start only (oracle demos or a trajectory file), saved for `arborl train`"),
+    ("rollout", "arborl.cli.rollout_cmd", "run a policy on an env and write trajectories"),
+    ("eval", "arborl.cli.eval_cmd",
+     "success rate of a policy with a 95%% CI, beside random and oracle"),
+    ("serve", "arborl.cli.serve_cmd", "serve a checkpoint over an OpenAI-compatible HTTP API"),
+    ("search", "arborl.cli.search_cmd",
+     "solve tasks by branching search (ToT, DFSDT, MCTS, GoT, best-of-N, ...)"),
+    ("rm", "arborl.cli.rm_cmd", "build data for, train, evaluate and serve reward models"),
+    ("curate", "arborl.cli.curate_cmd",
+     "filter, de-duplicate, mix, split and export trajectory data (SFT, preference, RL)"),
+    ("env", "arborl.cli.env_cmd",
+     "list, check, play, record demos of, package and serve environments"),
+    ("report", "arborl.cli.report_cmd",
+     "write a self-contained report.html of one run, or compare several runs"),
+    ("config", "arborl.cli.config_cmd", "show the resolved training config or its field docs"),
+]  # fmt: skip
+"""(command, module, one-line help) in the order `arborl --help` shows them; the help is
+the one the module registers (a test checks that they agree)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _register(sub: argparse._SubParsersAction, module: str) -> bool:
+    """Add the command's real parser; False if its module is not part of this build."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("arborl.cli"):
+            return False  # command not built yet
+        raise
+    mod.register(sub)
+    return True
+
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The `arborl` parser with the real parser of `command` ("*": of every command) and,
+    for the others, a stub that only lists the command and its one-line help."""
     parser = argparse.ArgumentParser(
         prog="arborl",
         description="Train language-model agents with RL and branching search.",
     )
     parser.add_argument("--version", action="version", version=f"arborl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _name, module in COMMANDS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("arborl.cli"):
-                continue  # command not built yet
-            raise
-        mod.register(sub)
+    for name, module, help_ in COMMANDS:
+        if command in ("*", name):
+            _register(sub, module)
+        else:
+            sub.add_parser(name, help=help_, add_help=False)
     return parser
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand named on the command line: the first word that is not an option
+    (`arborl` itself takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -23,8 +23,7 @@ from pathlib import Path
 from arborl.agent import AgentConfig
 from arborl.agent.config import ACTION_FORMATS, MEMORY_KINDS
 from arborl.agent.settings import load_agent_settings
-from arborl.envs.base import SPLITS
-from arborl.envs.packages.manifest import MODES
+from arborl.cli.names import POOL_MODES, SPLITS
 from arborl.rollout import RolloutConfig
 
 # --- flags shared with `arborl eval` ---------------------------------------------------
@@ -77,7 +76,7 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
     p.add_argument(
         "--pool-mode",
         default="auto",
-        choices=("auto", *MODES),
+        choices=("auto", *POOL_MODES),
         help="where the envs run, as env.pool_mode in training (auto: the env package's "
         "preferred mode, in-process for built-in envs)",
     )

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arborl.envs.base import SPLITS
+from arborl.cli.names import SPLITS
 from arborl.search.registry import (
     ALGORITHMS,
     ARG_EVALUATORS,

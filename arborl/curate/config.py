@@ -104,12 +104,14 @@ class DedupConfig:
     shingle_size: int = field(default=5, metadata={"min": 1})
     """Characters per shingle."""
     num_perm: int = field(default=128, metadata={"min": 16})
-    """MinHash permutations of the LSH candidate search (more: fewer missed pairs, slower)."""
+    """MinHash signature length (bins) of the LSH candidate search: more bins give a
+    closer Jaccard estimate and fewer missed pairs (each shingle is hashed once, whatever
+    the number of bins)."""
     same_outcome_only: bool = True
     """Only rows with the same `won` count as duplicates, so a won and a failed episode
     of one task survive together (they make preference pairs)."""
     seed: int = 0
-    """Seed of the MinHash permutations."""
+    """Seed of the MinHash shingle hash (and of its densification)."""
 
 
 @dataclass

@@ -1,44 +1,54 @@
 """Exact and near-duplicate removal, and near-duplicate clustering for leak-free splits.
 
 Exact duplicates are found by hashing normalised text (case folded, whitespace
-collapsed). Near duplicates use MinHash signatures of character shingles in an LSH index
-(`datasketch`), so finding them costs about one lookup per row instead of all pairs. The
-index is banded loosely (it proposes extra candidates rather than miss pairs) and each
-candidate is confirmed by the exact Jaccard similarity of the two shingle sets, so the
-threshold means exactly what it says. Rows are visited best first (score, won, return,
+collapsed). Near duplicates use MinHash signatures of character shingles, computed for all
+rows at once (`arborl.curate.minhash`), and LSH bands: rows that share a band are the
+candidates, so finding them costs a few dict lookups per row instead of all pairs. The
+bands are chosen loosely (they propose extra candidates rather than miss pairs); a
+candidate whose signatures agree on far fewer bins than the threshold asks (6 standard
+errors below it, `estimate_floor`) is skipped, and every other one is confirmed by the
+exact Jaccard similarity of the two shingle sets, so the threshold means exactly what it
+says. (Without that floor, the chance candidates of unrelated rows, which grow with the
+square of the row count, made a 100,000-row run spend most of its time on them.) Rows are visited best first (score, won, return,
 then input order), so the row kept from a duplicate set is its best.
+
+Stages that sign texts take a `signers` dict (settings -> `Signer`) from the pipeline, so
+a text that two stages read (the task texts of the split and of the leak check) is signed
+once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
+from collections import defaultdict
 from collections.abc import Sequence
+from functools import lru_cache
 
-from datasketch import MinHash, MinHashLSH
+import numpy as np
 
 from arborl.curate.config import DedupConfig
+from arborl.curate.minhash import (
+    Signer,
+    band_keys,
+    band_params,
+    estimate_floor,
+    normalize,
+    rows_sharing_a_key,
+)
 from arborl.curate.records import Record, conversation_text
 
-_WS = re.compile(r"\s+")
+Signers = dict[tuple[int, int, int], Signer]
+"""Signers by (num_perm, shingle_size, seed): one per setting, shared by the stages of a run."""
 
 
-def normalize(text: str) -> str:
-    return _WS.sub(" ", text.casefold()).strip()
-
-
-def shingles(text: str, size: int) -> set[str]:
-    """Character `size`-grams of normalised `text` (the whole text when shorter)."""
-    t = normalize(text)
-    if len(t) <= size:
-        return {t}
-    return {t[i : i + size] for i in range(len(t) - size + 1)}
-
-
-def minhash(text: str, num_perm: int, size: int, seed: int) -> MinHash:
-    m = MinHash(num_perm=num_perm, seed=seed)
-    m.update_batch([s.encode("utf-8") for s in sorted(shingles(text, size))])
-    return m
+def signer_for(signers: Signers | None, num_perm: int, size: int, seed: int) -> Signer:
+    """The run's signer for these settings (a fresh one when `signers` is None)."""
+    if signers is None:
+        return Signer(num_perm, size, seed)
+    key = (num_perm, size, seed)
+    if key not in signers:
+        signers[key] = Signer(num_perm, size, seed)
+    return signers[key]
 
 
 def rank_key(r: Record) -> tuple:
@@ -60,7 +70,7 @@ def exact_dedup(records: list[Record], cfg: DedupConfig) -> tuple[list[Record], 
     seen: dict[tuple, Record] = {}
     dropped = []
     for r in best_first(records):
-        digest = hashlib.sha1(normalize(conversation_text(r.traj)).encode()).hexdigest()
+        digest = hashlib.sha1(normalize(conversation_text(r.traj)).encode()).digest()
         key = (_bucket(r, cfg), digest)
         if key in seen:
             dropped.append((r, f"exact duplicate of {seen[key].where}"))
@@ -70,61 +80,79 @@ def exact_dedup(records: list[Record], cfg: DedupConfig) -> tuple[list[Record], 
     return [r for r in records if id(r) in kept_ids], dropped
 
 
-def candidate_index(threshold: float, num_perm: int) -> MinHashLSH:
-    """An LSH index that over-generates candidates: banded for `threshold - 0.2` and tuned
-    against false negatives, because a missed pair is a kept duplicate or a leak, while a
-    spare candidate only costs one exact Jaccard check."""
-    return MinHashLSH(threshold=max(0.05, threshold - 0.2), num_perm=num_perm, weights=(0.2, 0.8))
+@lru_cache(maxsize=64)
+def candidate_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    """(bands, rows per band) that over-generate candidates: chosen for `threshold - 0.2`
+    and weighted 4:1 against false negatives, because a missed pair is a kept duplicate or
+    a leak, while a spare candidate only costs one exact Jaccard check."""
+    return band_params(max(0.05, threshold - 0.2), num_perm, fp_weight=0.2)
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
-
-
-def near_dedup(records: list[Record], cfg: DedupConfig) -> tuple[list[Record], list[tuple]]:
+def near_dedup(
+    records: list[Record], cfg: DedupConfig, signers: Signers | None = None
+) -> tuple[list[Record], list[tuple]]:
     """(kept in input order, [(dropped, reason)]): a row is dropped when a better kept row
-    has Jaccard similarity >= `cfg.threshold` with it (exact, on the shingle sets of LSH
-    candidates)."""
-    indexes: dict[bool | None, MinHashLSH] = {}
-    kept: dict[str, tuple[Record, set[str]]] = {}
-    dropped = []
-    for i, r in enumerate(best_first(records)):
-        text = conversation_text(r.traj)
-        sh, m = (
-            shingles(text, cfg.shingle_size),
-            minhash(text, cfg.num_perm, cfg.shingle_size, cfg.seed),
-        )
-        bucket = _bucket(r, cfg)
-        if bucket not in indexes:  # building an index solves for its bands: do it once
-            indexes[bucket] = candidate_index(cfg.threshold, cfg.num_perm)
+    has Jaccard similarity >= `cfg.threshold` with it (exact, on the shingle sets of the
+    kept rows it shares an LSH band with, past the estimate floor)."""
+    order = best_first(records)
+    texts = [conversation_text(r.traj) for r in order]
+    signer = signer_for(signers, cfg.num_perm, cfg.shingle_size, cfg.seed)
+    sig = signer.sign(texts)
+    keys = band_keys(sig, *candidate_bands(cfg.threshold, cfg.num_perm))
+    floor = estimate_floor(cfg.threshold, cfg.num_perm)
+    buckets = [_bucket(r, cfg) for r in order]
+    salt = np.array([_BUCKET_SALT[b] for b in buckets], np.uint64)[:, None]
+    tables: dict[bool | None, dict[int, list[int]]] = defaultdict(dict)
+    dropped = {}
+    # a row that shares no band with any row of its bucket has no candidates and is
+    # nobody's: it is kept without a look-up, so only the few others take the loop below
+    for i in np.flatnonzero(rows_sharing_a_key(keys ^ salt)).tolist():
+        table, row_keys = tables[buckets[i]], keys[i].tolist()
+        others = np.array(sorted({j for key in row_keys for j in table.get(key, ())}), int)
         best = None
-        for key in indexes[bucket].query(m):
-            other, other_sh = kept[key]
-            sim = jaccard(sh, other_sh)
-            if sim >= cfg.threshold and (best is None or sim > best[1]):
-                best = (other, sim)
+        if others.size:
+            others = others[(sig[others] == sig[i]).mean(axis=1) >= floor]
+        for j in others.tolist():
+            sim = signer.jaccard(texts[i], texts[j])  # earlier (better) rows first: ties
+            if sim >= cfg.threshold and (best is None or sim > best[1]):  # keep the best
+                best = (j, sim)
         if best is not None:
-            dropped.append((r, f"near duplicate (Jaccard {best[1]:.2f}) of {best[0].where}"))
+            dropped[id(order[i])] = (order[i], f"near duplicate (Jaccard {best[1]:.2f}) of "
+                                               f"{order[best[0]].where}")  # fmt: skip
             continue
-        indexes[bucket].insert(str(i), m)
-        kept[str(i)] = (r, sh)
-    kept_ids = {id(r) for r, _ in kept.values()}
-    return [r for r in records if id(r) in kept_ids], dropped
+        for key in row_keys:
+            table.setdefault(key, []).append(i)
+    return [r for r in records if id(r) not in dropped], list(dropped.values())
+
+
+_BUCKET_SALT = {None: 0x5EED, False: 0xFA11, True: 0x600D}
+"""Xor-ed into a row's band keys by outcome bucket, so rows of two buckets never share one."""
 
 
 def near_clusters(
-    texts: Sequence[str], threshold: float, num_perm: int = 128, size: int = 5, seed: int = 0
+    texts: Sequence[str],
+    threshold: float,
+    num_perm: int = 128,
+    size: int = 5,
+    seed: int = 0,
+    signers: Signers | None = None,
 ) -> list[tuple[int, int, float]]:
-    """Pairs (i, j, Jaccard) of texts at or above `threshold`, i < j."""
-    lsh = candidate_index(threshold, num_perm)
-    sets = [shingles(t, size) for t in texts]
-    pairs = []
+    """Pairs (i, j, Jaccard) of texts at or above `threshold`, i < j, sorted. Identical
+    texts pair at 1.0 without a search; distinct ones are signed once each and paired
+    when they share an LSH band and their exact Jaccard similarity is high enough."""
+    groups: dict[str, list[int]] = {}
     for i, t in enumerate(texts):
-        m = minhash(t, num_perm, size, seed)
-        for key in lsh.query(m):
-            j = int(key)
-            sim = jaccard(sets[i], sets[j])
+        groups.setdefault(t, []).append(i)
+    distinct = list(groups)
+    pairs = [(g[a], g[b], 1.0) for g in groups.values() if len(g) > 1
+             for a in range(len(g)) for b in range(a + 1, len(g))]  # fmt: skip
+    if len(distinct) > 1:
+        signer = signer_for(signers, num_perm, size, seed)
+        bands = candidate_bands(threshold, num_perm)
+        cand = signer.candidate_pairs(distinct, *bands, estimate_floor(threshold, num_perm))
+        for p, q in cand.tolist():
+            sim = signer.jaccard(distinct[p], distinct[q])
             if sim >= threshold:
-                pairs.append((j, i, sim))
-        lsh.insert(str(i), m)
-    return pairs
+                pairs += [(min(i, j), max(i, j), sim) for i in groups[distinct[p]]
+                          for j in groups[distinct[q]]]  # fmt: skip
+    return sorted(pairs)

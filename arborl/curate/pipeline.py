@@ -11,16 +11,20 @@ half-written file is ever at an output path. Leftovers of a killed run (`.<name>
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from arborl.config import to_dict
 from arborl.curate.config import CurateConfig
-from arborl.curate.dedup import exact_dedup, near_dedup
+from arborl.curate.dedup import Signers, exact_dedup, near_dedup
 from arborl.curate.exports import export_split
 from arborl.curate.filters import apply_filters
 from arborl.curate.mixing import mix_domains
@@ -51,9 +55,30 @@ def _score(records: list[Record], cfg: CurateConfig, report: Report) -> list[Rec
     return kept
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while the stages run, back on (if it was) after. The
+    stages build millions of small objects and no reference cycles, so every full
+    collection walked the whole growing heap and found nothing: with it on, reading
+    100,000 rows took twice as long. Reference counting still frees everything."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     """All stages up to and including the split; nothing is written."""
+    with _cyclic_gc_paused():
+        return _curate(cfg)
+
+
+def _curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     report = Report()
+    signers: Signers = {}  # MinHash signatures, computed once per text and reused below
     read = read_sources(cfg.sources, strict=cfg.strict)
     report.files, records = read.files, read.records
     report.add_malformed(read.malformed)
@@ -64,8 +89,9 @@ def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     report.stage("filter", records)
     records = _score(records, cfg, report)
     report.stage("quality", records)
+    near = partial(near_dedup, signers=signers)
     for stage, fn, on in (("dedup_exact", exact_dedup, cfg.dedup.exact),
-                          ("dedup_near", near_dedup, cfg.dedup.near)):  # fmt: skip
+                          ("dedup_near", near, cfg.dedup.near)):  # fmt: skip
         if on:
             records, dropped = fn(records, cfg.dedup)
             for r, reason in dropped:
@@ -75,9 +101,9 @@ def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
     for r, reason in dropped:
         report.drop("mix", r, reason)
     report.stage("mix", records)
-    pairs = assign_splits(records, cfg.split)
+    pairs = assign_splits(records, cfg.split, signers)
     report.set_splits(records)
-    report.leak_check = check_leaks(records, cfg.split)
+    report.leak_check = check_leaks(records, cfg.split, signers)
     report.input_leaks = input_leaks(records, pairs)
     _warn_empty_splits(report, cfg)
     return records, report

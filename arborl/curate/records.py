@@ -19,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -162,10 +163,16 @@ def _umask() -> int:
 
 
 # --- actions ---------------------------------------------------------------------------
+@cache
+def _parse_config(action_format: str) -> AgentConfig:
+    """One checked AgentConfig per format (building one per turn cost more than parsing)."""
+    return AgentConfig(action_format=action_format)
+
+
 def action_of(text: str, action_format: str) -> tuple[str, bool]:
     """(action, format_ok) of an assistant turn's text in `action_format`, a name of the
     agent's `ACTION_FORMATS` registry (the formats a policy answers in)."""
-    parsed = parse_action(text, AgentConfig(action_format=action_format))
+    parsed = parse_action(text, _parse_config(action_format))
     # A plain turn is kept verbatim (the agent strips what it sends to the env), so that
     # reading data and writing it back changes no text.
     return (text if action_format == "plain" else parsed.action), parsed.format_ok

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from arborl.curate.config import SplitConfig
-from arborl.curate.dedup import near_clusters
+from arborl.curate.dedup import Signers, near_clusters
 from arborl.curate.records import Record
 
 
@@ -62,7 +62,9 @@ def task_texts(records: list[Record], mode: str, preamble_min_tasks: int = 5) ->
     return texts
 
 
-def linked_pairs(records: list[Record], cfg: SplitConfig) -> list[tuple[int, int, str]]:
+def linked_pairs(
+    records: list[Record], cfg: SplitConfig, signers: Signers | None = None
+) -> list[tuple[int, int, str]]:
     """(i, j, why) for rows that must share a split: same task id, or near-duplicate text."""
     pairs = []
     first: dict[tuple[str, str], int] = {}
@@ -78,7 +80,8 @@ def linked_pairs(records: list[Record], cfg: SplitConfig) -> list[tuple[int, int
                 pairs.append((j, i, "same instruction"))
         texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
         idx = [i for i, t in enumerate(texts) if t]  # empty text links nothing
-        for a, b, sim in near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed):
+        near = near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed, signers=signers)
+        for a, b, sim in near:
             i, j = idx[a], idx[b]
             if records[i].task_key != records[j].task_key:
                 pairs.append((i, j, f"near-duplicate {cfg.text_check} (Jaccard {sim:.2f})"))
@@ -98,30 +101,38 @@ def task_groups(records: list[Record], pairs: list[tuple[int, int, str]]) -> lis
     return list(groups.values())
 
 
-def assign_splits(records: list[Record], cfg: SplitConfig) -> list[tuple[int, int, str]]:
-    """Set `record.split` for every record; returns the links that formed the groups."""
+def assign_splits(
+    records: list[Record], cfg: SplitConfig, signers: Signers | None = None
+) -> list[tuple[int, int, str]]:
+    """Set `record.split` for every record; returns the links that formed the groups.
+    `signers` (see `arborl.curate.dedup`) lets `check_leaks` reuse the task texts' signatures."""
     names = list(cfg.ratios)
     total_w = sum(cfg.ratios.values())
     per_domain = Counter(r.domain for r in records)
     target = {d: {s: cfg.ratios[s] / total_w * n for s in names} for d, n in per_domain.items()}
     have = {d: dict.fromkeys(names, 0) for d in per_domain}
-    pairs = linked_pairs(records, cfg)
+    pairs = linked_pairs(records, cfg, signers)
     groups = task_groups(records, pairs)
     order = np.random.default_rng(cfg.seed).permutation(len(groups))
     shuffled = sorted((groups[k] for k in order), key=len, reverse=True)
     for g in shuffled:
-        domain = Counter(records[i].domain for i in g).most_common(1)[0][0]
-        split = max(names, key=lambda s: target[domain][s] - have[domain][s])
+        if len(g) == 1:  # most groups: no vote to count
+            domain = records[g[0]].domain
+        else:
+            domain = Counter(records[i].domain for i in g).most_common(1)[0][0]
+        want, got = target[domain], have[domain]
+        split = max(names, key=lambda s: want[s] - got[s])
         for i in g:
             records[i].split = split
             have[records[i].domain][split] += 1
     return pairs
 
 
-def check_leaks(records: list[Record], cfg: SplitConfig) -> dict:
+def check_leaks(records: list[Record], cfg: SplitConfig, signers: Signers | None = None) -> dict:
     """Independent check of split records: tasks (by id) and near-duplicate (or, beyond
     the preamble, identical) task texts found in more than one split. Both counts are 0
-    for splits `assign_splits` made."""
+    for splits `assign_splits` made. With the `signers` the split used, each task text's
+    signature and shingle set are reused rather than computed again."""
     splits_of: dict[tuple[str, str], set[str]] = defaultdict(set)
     for r in records:
         splits_of[r.task_key].add(str(r.split))
@@ -129,8 +140,11 @@ def check_leaks(records: list[Record], cfg: SplitConfig) -> dict:
     by_text = []
     if cfg.text_check != "off":
         texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
-        for i, j, sim in near_clusters(texts, cfg.threshold, seed=cfg.seed):
-            if texts[i] and records[i].split != records[j].split:
+        idx = [i for i, t in enumerate(texts) if t]  # empty text is no task statement
+        near = near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed, signers=signers)
+        for a, b, sim in near:
+            i, j = idx[a], idx[b]
+            if records[i].split != records[j].split:
                 by_text.append(f"{records[i].where} ~ {records[j].where} ({sim:.2f})")
         first_with: dict[str, Record] = {}
         for r, own in zip(records, own_instructions(records, cfg.preamble_min_tasks)):

@@ -8,44 +8,56 @@ beam search with a PRM, behind one interface.
     result.won, result.actions, result.stop_reason, result.tree
 
 See `arborl.search.base` for the protocols (Proposer, Evaluator, Budget, SearchResult).
+
+Names load on first use (PEP 562), as in `arborl.rollout`: `arborl search --help` reads
+the ids in `arborl.search.registry`, and must not import the evaluators (and through them
+the envs, Gymnasium and numpy) to do it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from arborl.search.base import (
-    STOP_REASONS,
-    Budget,
-    BudgetExceeded,
-    BudgetMeter,
-    Candidate,
-    Evaluator,
-    Node,
-    NodeView,
-    Proposer,
-    Search,
-    SearchResult,
-    SearchTree,
-    node_seed,
-)
-from arborl.search.evaluators import (
-    HEURISTICS,
-    FunctionEvaluator,
-    HeuristicEvaluator,
-    PolicyJudgeEvaluator,
-    RolloutEvaluator,
-    ValueModelEvaluator,
-    heuristic_evaluator,
-)
-from arborl.search.problem import Problem, SearchAlgorithm, SearchContext, Solved
-from arborl.search.proposers import (
-    ActionsProposer,
-    FunctionProposer,
-    LMProposer,
-    RankedActionsProposer,
-)
-from arborl.search.registry import ALGORITHMS, make_search, register_search, search_params
+if TYPE_CHECKING:
+    from arborl.search.base import Budget, SearchResult
+    from arborl.search.problem import Problem
+
+_EXPORTS = {
+    "arborl.search.base": (
+        "STOP_REASONS",
+        "Budget",
+        "BudgetExceeded",
+        "BudgetMeter",
+        "Candidate",
+        "Evaluator",
+        "Node",
+        "NodeView",
+        "Proposer",
+        "Search",
+        "SearchResult",
+        "SearchTree",
+        "node_seed",
+    ),
+    "arborl.search.evaluators": (
+        "HEURISTICS",
+        "FunctionEvaluator",
+        "HeuristicEvaluator",
+        "PolicyJudgeEvaluator",
+        "RolloutEvaluator",
+        "ValueModelEvaluator",
+        "heuristic_evaluator",
+    ),
+    "arborl.search.problem": ("Problem", "SearchAlgorithm", "SearchContext", "Solved"),
+    "arborl.search.proposers": (
+        "ActionsProposer",
+        "FunctionProposer",
+        "LMProposer",
+        "RankedActionsProposer",
+    ),
+    "arborl.search.registry": ("ALGORITHMS", "make_search", "register_search", "search_params"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
 def run(
@@ -56,41 +68,23 @@ def run(
     **params: Any,
 ) -> SearchResult:
     """Run search `algo` (an id of `ALGORITHMS`, built with `params`) on `problem`."""
+    from arborl.search.base import Budget
+    from arborl.search.registry import make_search
+
     return make_search(algo, **params).run(problem, budget or Budget(), seed)
 
 
-__all__ = [
-    "ALGORITHMS",
-    "HEURISTICS",
-    "STOP_REASONS",
-    "ActionsProposer",
-    "Budget",
-    "BudgetExceeded",
-    "BudgetMeter",
-    "Candidate",
-    "Evaluator",
-    "FunctionEvaluator",
-    "FunctionProposer",
-    "HeuristicEvaluator",
-    "LMProposer",
-    "Node",
-    "NodeView",
-    "PolicyJudgeEvaluator",
-    "RankedActionsProposer",
-    "Problem",
-    "Proposer",
-    "RolloutEvaluator",
-    "Search",
-    "SearchAlgorithm",
-    "SearchContext",
-    "SearchResult",
-    "SearchTree",
-    "Solved",
-    "ValueModelEvaluator",
-    "heuristic_evaluator",
-    "make_search",
-    "node_seed",
-    "register_search",
-    "run",
-    "search_params",
-]
+__all__ = sorted([*_MODULE_OF, "run"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'arborl.search' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,304 @@
+"""MinHash signatures of many texts at once, and the LSH banding that finds candidate pairs.
+
+A signature is one-permutation MinHash (Li, Owen & Zhang, 2012): every character shingle
+is hashed once to 64 bits; the top 32 bits pick one of `num_perm` bins, the low 32 bits are
+its value, and each bin keeps its smallest value. A bin no shingle fell into borrows the
+value of another bin, picked by a seeded sequence of tries that is the same for every text
+("optimal densification", Shrivastava, 2017), so two texts agree on a bin with probability
+equal to the Jaccard similarity of their shingle sets, as with `num_perm` separate hash
+functions. The cost is one hash per shingle instead of `num_perm`, and it all runs over
+numpy arrays holding a whole batch of texts (code points -> a hash of each `size`-gram ->
+bins by `np.minimum.at`): there is no Python loop per shingle or per permutation.
+
+`Signer` remembers each text it signed, its shingle set once one was needed for an exact
+Jaccard check, the Jaccard values and the candidate pairs of a list of texts, so the split
+stage and the leak check, which read the same task texts, do that work once. Bands are
+hashed to one 64-bit key per (row, band), which candidate searches put in plain dicts or
+sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import count
+
+import numpy as np
+
+_U64 = np.uint64
+_MASK64 = (1 << 64) - 1
+_MUL = 0x9E3779B97F4A7C15  # odd: the golden-ratio constant of splitmix64
+_EMPTY = np.uint32(0xFFFFFFFF)
+_CHUNK_CHARS = 1 << 21
+"""Characters signed per batch: bounds the arrays of one batch (~16 bytes a character)."""
+_BLOCK = 1 << 14
+"""Grams hashed per numpy pass: small enough that the temporaries stay in cache."""
+
+
+def normalize(text: str) -> str:
+    """Case folded, whitespace runs collapsed to one space, stripped (`str.split` splits
+    on exactly the characters regex `\\s` matches, and is several times faster)."""
+    return " ".join(text.casefold().split())
+
+
+def shingles(text: str, size: int) -> set[str]:
+    """Character `size`-grams of normalised `text` (the whole text when shorter)."""
+    t = normalize(text)
+    if len(t) <= size:
+        return {t}
+    return {t[i : i + size] for i in range(len(t) - size + 1)}
+
+
+def jaccard(a: set, b: set) -> float:
+    """|a & b| / |a | b| (1.0 for two empty sets), without building the union."""
+    if not a and not b:
+        return 1.0
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on a uint64 array (a bijection of 64-bit words)."""
+    z ^= z >> _U64(30)
+    z *= _U64(0xBF58476D1CE4E5B9)
+    z ^= z >> _U64(27)
+    z *= _U64(0x94D049BB133111EB)
+    z ^= z >> _U64(31)
+    return z
+
+
+def _mix_int(z: int) -> int:
+    """`_mix` of one Python int (the same function, for single values)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _gram_step(h: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """One character into the running hash of a gram: xor, multiply, fold the high half."""
+    h ^= codes
+    h *= _U64(_MUL)
+    h ^= h >> _U64(32)
+    return h
+
+
+def _whole_text_hash(text: str, key: int) -> int:
+    """The hash `_gram_hashes` gives a gram, for a text shorter than a gram (its one shingle)."""
+    h = key
+    for c in text:
+        h = ((h ^ ord(c)) * _MUL) & _MASK64
+        h ^= h >> 32
+    return _mix_int(h)
+
+
+def _codes(text: str) -> np.ndarray:
+    # utf-32 holds one code point per 4 bytes, so index i is character i of the str;
+    # surrogatepass keeps lone surrogates (broken input) hashable instead of raising
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+
+
+def _gram_rows(texts: list[str], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(code points of all texts end to end, the text index of the gram starting at each
+    offset): a gram that runs into the next text gets index len(texts), a row thrown away."""
+    lengths = np.fromiter((len(t) for t in texts), np.int64, len(texts))
+    codes = _codes("".join(texts)).astype(np.uint64)
+    rows = np.repeat(np.arange(len(texts)), lengths)
+    ends = np.cumsum(lengths)
+    rows[(ends[:, None] - np.arange(1, size)[None, :]).ravel()] = len(texts)
+    return codes, rows
+
+
+def _gram_hashes(codes: np.ndarray, size: int, key: int, start: int, stop: int) -> np.ndarray:
+    """Hash of each `size`-gram starting at offsets [start, stop) of `codes`: a running
+    hash over `size` shifted views, then splitmix64 (blocks of ~16k stay in cache)."""
+    h = np.full(stop - start, key, np.uint64)
+    for j in range(size):
+        _gram_step(h, codes[start + j : stop + j])
+    return _mix(h)
+
+
+class Signer:
+    """MinHash signatures (uint32, `num_perm` bins) of texts, each text signed once."""
+
+    def __init__(self, num_perm: int = 128, shingle_size: int = 5, seed: int = 0) -> None:
+        if num_perm < 2 or shingle_size < 1:
+            raise ValueError(
+                f"num_perm={num_perm} and shingle_size={shingle_size} must be >= 2 and >= 1"
+            )
+        self.num_perm, self.shingle_size, self.seed = num_perm, shingle_size, seed
+        self._key = _mix_int((seed * _MUL + 0x632BE59BD9B4E019) & _MASK64)
+        self._tries: list[np.ndarray] = []  # densification: try t's source bin per bin
+        self._row: dict[str, int] = {}
+        self._sigs = np.empty((0, num_perm), np.uint32)
+        self._sets: dict[str, set[str]] = {}
+        self._sims: dict[tuple[str, str], float] = {}
+        self._pairs: dict[tuple, np.ndarray] = {}
+
+    def sign(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), num_perm) uint32: the signature of every text, in order."""
+        new = [t for t in dict.fromkeys(texts) if t not in self._row]
+        if new:
+            parts = [self._sign_new(new[a:b]) for a, b in _chunks(new, _CHUNK_CHARS)]
+            base = len(self._row)
+            self._row.update((t, base + i) for i, t in enumerate(new))
+            self._sigs = np.concatenate([self._sigs, *parts])
+        return self._sigs[[self._row[t] for t in texts]]
+
+    def candidate_pairs(
+        self, texts: Sequence[str], bands: int, rows: int, floor: float
+    ) -> np.ndarray:
+        """(m, 2) sorted pairs (i < j) of `texts` that share an LSH band and agree on at
+        least `floor` of their bins; kept, so the leak check's second ask is free."""
+        key = (tuple(texts), bands, rows, floor)
+        pairs = self._pairs.get(key)
+        if pairs is None:
+            sig = self.sign(texts)
+            pairs = colliding_pairs(band_keys(sig, bands, rows))
+            pairs = self._pairs[key] = pairs[agreement(sig, pairs) >= floor]
+        return pairs
+
+    def shingle_set(self, text: str) -> set[str]:
+        """`shingles(text, shingle_size)`, kept for the next exact Jaccard check."""
+        s = self._sets.get(text)
+        if s is None:
+            s = self._sets[text] = shingles(text, self.shingle_size)
+        return s
+
+    def jaccard(self, a: str, b: str) -> float:
+        """Exact Jaccard similarity of the two texts' shingle sets (kept for a second ask)."""
+        if a == b:
+            return 1.0
+        key = (a, b) if a < b else (b, a)
+        sim = self._sims.get(key)
+        if sim is None:
+            sim = self._sims[key] = jaccard(self.shingle_set(a), self.shingle_set(b))
+        return sim
+
+    def _sign_new(self, texts: list[str]) -> np.ndarray:
+        k, size, n = self.num_perm, self.shingle_size, len(texts)
+        sig = np.full((n + 1) * k, _EMPTY, np.uint32)  # row n: grams across two texts
+        filled = np.zeros((n + 1) * k, bool)
+
+        def add(x: np.ndarray, rows: np.ndarray) -> None:  # top bits: bin; low bits: value
+            cell = rows * k + ((x >> _U64(32)) * _U64(k) >> _U64(32)).astype(np.int64)
+            np.minimum.at(sig, cell, (x & _U64(0xFFFFFFFF)).astype(np.uint32))
+            filled[cell] = True
+
+        norm = [normalize(t) for t in texts]
+        long_ = [i for i, t in enumerate(norm) if len(t) > size]
+        codes, rows = _gram_rows([norm[i] for i in long_], size)
+        rows = np.append(np.asarray(long_, np.int64), n)[rows]
+        num_grams = max(0, codes.size - size + 1)
+        for a in range(0, num_grams, _BLOCK):
+            b = min(num_grams, a + _BLOCK)
+            add(_gram_hashes(codes, size, self._key, a, b), rows[a:b])
+        short = [i for i, t in enumerate(norm) if len(t) <= size]  # one shingle: the text
+        if short:
+            whole = [_whole_text_hash(norm[i], self._key) for i in short]
+            add(np.array(whole, np.uint64), np.array(short, np.int64))
+        sig, filled = sig.reshape(-1, k)[:n], filled.reshape(-1, k)[:n]
+        self._densify(sig, filled)
+        return sig
+
+    def _densify(self, sig: np.ndarray, filled: np.ndarray) -> None:
+        """Give every empty bin the value of the first filled bin its try sequence hits."""
+        one = filled.sum(axis=1) == 1  # a one-shingle text: every try lands on that bin
+        if one.any():
+            sig[one] = sig[one][filled[one]][:, None]
+            filled = filled | one[:, None]
+        rows, cols = np.nonzero(~filled)
+        for t in count():
+            if not rows.size:
+                return
+            if t == len(self._tries):
+                z = _U64(self._key) ^ (np.arange(self.num_perm, dtype=np.uint64) + _U64(t << 32))
+                self._tries.append((_mix(z) % _U64(self.num_perm)).astype(np.int64))
+            src = self._tries[t][cols]
+            hit = filled[rows, src]  # reads only filled bins, so writes never feed reads
+            sig[rows[hit], cols[hit]] = sig[rows[hit], src[hit]]
+            rows, cols = rows[~hit], cols[~hit]
+
+
+def _chunks(texts: list[str], max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of `texts` with at most `max_chars` characters each (or one text)."""
+    out, start, total = [], 0, 0
+    for i, t in enumerate(texts):
+        if total and total + len(t) > max_chars:
+            out.append((start, i))
+            start, total = i, 0
+        total += len(t)
+    out.append((start, len(texts)))
+    return out
+
+
+def band_params(threshold: float, num_perm: int, fp_weight: float = 0.2) -> tuple[int, int]:
+    """(bands, rows per band) with `bands * rows <= num_perm` minimising `fp_weight` x the
+    chance that a pair below `threshold` collides in some band plus `1 - fp_weight` x the
+    chance that a pair above it does not (each integrated over similarity)."""
+    s = np.linspace(0.0, 1.0, 1001)
+    below, above = s <= threshold, s >= threshold
+    best, best_err = (1, 1), float("inf")
+    for r in range(1, num_perm + 1):
+        b = np.arange(1, num_perm // r + 1)[:, None]
+        p = 1.0 - (1.0 - s**r) ** b  # (bands, s): chance that some band collides
+        fp = np.trapezoid(p[:, below], s[below], axis=1)
+        fn = np.trapezoid(1.0 - p[:, above], s[above], axis=1)
+        err = fp_weight * fp + (1.0 - fp_weight) * fn
+        k = int(np.argmin(err))
+        if err[k] < best_err:
+            best, best_err = (k + 1, r), float(err[k])
+    return best
+
+
+def estimate_floor(threshold: float, num_perm: int) -> float:
+    """The least share of equal bins worth an exact Jaccard check for `threshold`: 6
+    standard errors of the estimate (and at least 0.15) below it, so a pair at or above
+    the threshold falls under it with a chance of about 1e-9, while the many chance
+    candidates of a large set (similarity 0.1-0.3, sharing one band by luck) are skipped."""
+    se = (threshold * (1.0 - threshold) / num_perm) ** 0.5
+    return threshold - max(0.15, 6.0 * se)
+
+
+def agreement(sig: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """(m,) share of equal bins of each pair (i, j) of rows of `sig`: the Jaccard estimate."""
+    return (sig[pairs[:, 0]] == sig[pairs[:, 1]]).mean(axis=1)
+
+
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(n, bands) uint64: one hash per band of each signature, different across bands, so
+    equal keys mean (up to 64-bit collisions) an equal band at the same place."""
+    keys = np.empty((sig.shape[0], bands), np.uint64)
+    for b in range(bands):
+        h = np.full(sig.shape[0], _mix_int(b + 1), np.uint64)
+        for c in range(b * rows, (b + 1) * rows):
+            _gram_step(h, sig[:, c].astype(np.uint64))
+        keys[:, b] = _mix(h)
+    return keys
+
+
+def colliding_pairs(keys: np.ndarray) -> np.ndarray:
+    """(m, 2) int64 sorted unique pairs (i < j) of rows sharing at least one band key."""
+    n, bands = keys.shape
+    flat = keys.ravel()
+    order = np.argsort(flat)  # the order within a run does not matter: pairs are sorted
+    ranked = flat[order]
+    row = order // bands
+    edge = np.flatnonzero(np.diff(ranked) != 0) + 1
+    starts = np.concatenate([[0], edge])
+    lengths = np.diff(np.concatenate([starts, [flat.size]]))
+    pairs = [np.stack([row[starts[lengths == 2]], row[starts[lengths == 2] + 1]], axis=1)]
+    for s, m in zip(starts[lengths > 2].tolist(), lengths[lengths > 2].tolist()):
+        members = np.unique(row[s : s + m])
+        a, b = np.triu_indices(members.size, 1)
+        pairs.append(np.stack([members[a], members[b]], axis=1))
+    out = np.concatenate(pairs).reshape(-1, 2)
+    out = out[out[:, 0] != out[:, 1]]
+    out.sort(axis=1)
+    return np.unique(out, axis=0) if out.size else out
+
+
+def rows_sharing_a_key(keys: np.ndarray) -> np.ndarray:
+    """(n,) bool: rows with a band key that another row also has (the only ones with
+    candidates at all; the rest of a large set usually is most of it)."""
+    flat = np.sort(keys.ravel())
+    dup = np.unique(flat[1:][flat[1:] == flat[:-1]])
+    return np.isin(keys, dup).any(axis=1)
