@@ -43,6 +43,20 @@ def test_same_results_and_check_env_in_every_mode(mode):
         pool.close()
 
 
+def test_http_batched_and_single_calls_give_the_same_results():
+    """`/batch` (the default) and one request per call (`batch_calls=False`) agree."""
+    pools = [make_pool("arborl/Maze-v0", 4, mode="http", split="test", replicas=1,
+                       batch_calls=b) for b in (True, False)]  # fmt: skip
+    try:
+        assert pools[0].transport.batch_calls and not pools[1].transport.batch_calls
+        got = [(p.reset([11, 12], group_size=2), p.step(["up", None, "left", "no"])) for p in pools]
+        assert got[0] == got[1]
+        assert not pools[0].transport.no_batch  # the batch route answered
+    finally:
+        for p in pools:
+            p.close()
+
+
 @pytest.mark.parametrize("mode", list(MODE_KW))
 def test_every_mode_s_pool_satisfies_the_pool_protocol(mode):
     pool = make_pool("arborl/Maze-v0", 4, mode=mode, split="test", **MODE_KW[mode])
