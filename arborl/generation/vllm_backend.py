@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seed
+from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 INSTALL_HINT = (
@@ -60,8 +60,7 @@ class VLLMBackend:
         self.weights_version = 0
         """Version of the weights the engine holds (bumped by `sync_weights`)."""
 
-    def _sampling_params(self, params: SamplingParams, row: int) -> Any:
-        seed = None if params.seed is None else row_seed(params.seed, row)
+    def _sampling_params(self, params: SamplingParams, seed: int | None) -> Any:
         return self._vllm.SamplingParams(
             n=1,
             max_tokens=params.max_new_tokens,
@@ -80,7 +79,8 @@ class VLLMBackend:
         refuse_banned_first_tokens(params, "vLLM")
         self._warn_truncated_logprobs(params)
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        per_row = [self._sampling_params(params, i) for i in range(len(prompts))]
+        seeds = row_seeds_for(params, len(prompts)) or [None] * len(prompts)
+        per_row = [self._sampling_params(params, s) for s in seeds]
         outputs = self.llm.generate(requests, per_row, use_tqdm=False)
         completions = []
         for out in outputs:

@@ -141,6 +141,7 @@ def test_batch_replies_as_the_single_calls_do_and_fails_calls_one_by_one(client)
     assert [x["value"] for x in replies[:2]] == single  # the same bodies as the single routes
     assert replies[2]["error"] == "no_session" and replies[3]["error"] == "bad_request"
     action = make("arborl/Maze-v0", split="test").reset(seed=3)[1]["available_actions"][0]
+    client.post(f"/sessions/{sids[0]}/reset", json={"seed": 3}, headers=AUTH)  # as sids[1]
     one = {"session_id": sids[1], "method": "step", "args": {"action": action}}
     assert (
         client.post("/batch", json={"calls": [one]}, headers=AUTH).json()["replies"][0]["value"]

@@ -128,6 +128,10 @@ class HttpTransport:
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
+    def lane(self, index: int) -> int:
+        """Every session is its own lane: the asyncio loop serves threads concurrently."""
+        return index
+
     def where(self, index: int) -> str:
         return self.sessions.get(index, ("no session", ""))[0]
 
