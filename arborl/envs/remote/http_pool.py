@@ -12,7 +12,7 @@ out) fail that call; the session is counted lost and rebuilt before the next res
 
 Batched calls: the calls of one `call` that go to the same replica travel as one `POST
 /batch` (in chunks of `BATCH_CHUNK`), since the server's per-request work (routing,
-middleware, parsing) cost ~2.8 ms against a cheap env's 40 µs step; the batch tells the
+middleware, parsing) cost 1-2.8 ms against a cheap env's 40 µs step (docs/BENCHMARKS.md); the batch tells the
 server its deadline, so a hung env fails its own call (504) and not its neighbours'. A
 server without `/batch` (404) is sent single calls from then on; `batch_calls=False` always
 sends single calls (the REST contract's per-session routes, which other clients use).
@@ -161,13 +161,9 @@ class HttpTransport:
         body = {"calls": [{"session_id": sid, "method": m, "args": a} for sid, m, a in calls],
                 "timeout_s": timeout_s}  # fmt: skip
         r = await self._request("POST", base, "/batch", body, timeout_s + _BATCH_GRACE_S)
-        if (
-            r.ok
-            and isinstance(r.value.get("replies"), list)
-            and len(r.value["replies"]) == len(calls)
-        ):
-            return [_reply(int(x.get("status", 500)), x.get("value", x), batched=True) if isinstance(x, dict)
-                    else Reply(False, error=f"bad batch reply item {x!r:.100}") for x in r.value["replies"]]  # fmt: skip
+        items = r.value.get("replies") if r.ok else None
+        if isinstance(items, list) and len(items) == len(calls):
+            return [_batch_item(x) for x in items]
         if not r.ok and r.error.startswith("http_error (404)"):  # an older server: no /batch
             self.no_batch.add(base)
             return list(await asyncio.gather(*(
@@ -298,6 +294,14 @@ def _reply(status: int, data: Any, batched: bool = False) -> Reply:
     detail = data.get("detail", data) if isinstance(data, dict) else data
     return Reply(False, error=f"{kind or 'http'} ({status}): {detail!s:.300}",
                  lost=(status == 404 and kind == "no_session") or (batched and status == 504))  # fmt: skip
+
+
+def _batch_item(x: Any) -> Reply:
+    """One `/batch` reply item: `{"status": 200, "value": ...}` or an error body + status."""
+    status = x.get("status") if isinstance(x, dict) else None
+    if not isinstance(status, int):
+        return Reply(False, error=f"bad batch reply item {x!r:.100}")
+    return _reply(status, x.get("value") if status == 200 else x, batched=True)
 
 
 def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = None,
