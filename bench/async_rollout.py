@@ -3,8 +3,9 @@
 64 episodes (16 tasks x group 4) of `bench/SlowMaze-v0` (Maze whose step sleeps a
 lognormal latency, mean 100 ms, sigma 1.0: see bench/latency_env.py), one env per
 subprocess worker (`make_pool(..., "subprocess")`, 64 workers), played by the `tiny-1m`
-and `tiny-0.1m` presets with `arborl.rollout.run_rollout` (prompts with every past turn,
-"full", or the last one, "last1"), in two schedules:
+and `tiny-0.1m` presets with `arborl.rollout.run_rollout` (the demo's settings: short
+Maze actions, 8 new tokens a turn, prompts of the observation only, "demo"; or prompts
+with the instruction and every past turn, "full"), in two schedules:
 
   - lockstep: each turn generates for every live episode, then steps them all, so a turn
     lasts as long as its slowest env step (the longest of 64 draws is ~0.5 s);
@@ -17,7 +18,9 @@ trajectories (actions and rewards per episode). Target: async >= 2x lockstep. As
 only hide env time, so its gain is bounded by (generate + env) / generate of lockstep: the
 "generate s" column says how much of each rollout was generation.
 
-    python bench/async_rollout.py              # ~3 min on 2 busy cores
+    python bench/async_rollout.py              # ~4 min on 2 busy cores
+    python bench/async_rollout.py --prompts full --max-turns 8 \
+        --out bench/results/async_rollout_full_prompts.json   # generation-bound case
     python bench/async_rollout.py --quick      # smoke run
 """
 
@@ -42,11 +45,12 @@ from arborl.rollout import RolloutConfig, run_rollout
 TARGET = 2.0
 """Issue 20's bound: async throughput / lockstep throughput."""
 AGENTS = {
+    "demo": AgentConfig(memory="last_k", memory_k=0, include_instruction=False),
     "full": AgentConfig(),
-    "last1": AgentConfig(memory="last_k", memory_k=1),
 }
-"""Prompt memories: every past turn (prompts grow ~100 tokens a turn, so generation grows
-with them) or the last turn only (prompts stay ~250 tokens)."""
+"""Prompt settings: the demo's (`arborl train`'s default agent: the observation only, ~60
+tokens) or the instruction and every past turn (prompts grow ~100 tokens a turn, so the
+generation time grows with them and dominates the rollout)."""
 
 
 class TimedBackend:
@@ -85,11 +89,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", default="tiny-0.1m,tiny-1m",
                    help="comma-separated policy presets (default tiny-0.1m,tiny-1m)")  # fmt: skip
-    p.add_argument("--memories", default=",".join(AGENTS),
-                   help=f"comma-separated prompt memories of {list(AGENTS)} (default all)")  # fmt: skip
+    p.add_argument("--prompts", default="demo",
+                   help=f"comma-separated prompt settings of {list(AGENTS)} (default demo)")  # fmt: skip
     p.add_argument("--num-tasks", type=int, default=16, help="tasks per rollout (default 16)")
     p.add_argument("--group-size", type=int, default=4, help="episodes per task (default 4)")
-    p.add_argument("--max-turns", type=int, default=8, help="turn limit (default 8)")
+    p.add_argument("--max-turns", type=int, default=None,
+                   help="turn limit (default: the env's own, 16 for Maze, as in the demo)")  # fmt: skip
     p.add_argument("--mean-s", type=float, default=0.1, help="mean env step latency, seconds")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--quick", action="store_true", help="smoke run: 4 tasks, 1 repeat")
@@ -105,17 +110,18 @@ def main() -> None:
     latency_env.register_env()
     num_envs = args.num_tasks * args.group_size
     presets = [x.strip() for x in args.presets.split(",") if x.strip()]
-    memories = [x.strip() for x in args.memories.split(",") if x.strip()]
+    memories = [x.strip() for x in args.prompts.split(",") if x.strip()]
     if unknown := sorted(set(memories) - set(AGENTS)):
-        raise SystemExit(f"--memories: unknown {unknown}; known: {list(AGENTS)}")
+        raise SystemExit(f"--prompts: unknown {unknown}; known: {list(AGENTS)}")
     models = {name: load_policy(name, seed=0) for name in presets}
     for model, _ in models.values():
         model.eval()
     t = time.perf_counter()
-    pool = make_pool(latency_env.ENV_ID, num_envs, "subprocess", mean_s=args.mean_s)
+    pool = make_pool(latency_env.ENV_ID, num_envs, "subprocess", mean_s=args.mean_s,
+                     short_actions=True)  # as configs/env/maze.yaml  # fmt: skip
     pool_start_s = time.perf_counter() - t
     base = RolloutConfig(num_tasks=args.num_tasks, group_size=args.group_size,
-                         max_turns=args.max_turns, max_new_tokens=16)  # fmt: skip
+                         max_turns=args.max_turns, max_new_tokens=8)  # fmt: skip
     modes = {"lockstep": base, "async": replace(base, async_envs=True)}
     policies = [f"{name} {mem}" for name in presets for mem in memories]
     cases = [(pol, m) for pol in policies for m in modes]
@@ -148,7 +154,7 @@ def main() -> None:
             speedup[pol] = vs
         rows.append([pol, m, med(key, "steps_per_s"), med(key, "wall_s"),
                      med(key, "generate_s"), med(key, "generate_calls"), vs])  # fmt: skip
-    headers = ["policy memory", "schedule", "env steps/s", "rollout s", "generate s", "generate calls",
+    headers = ["policy prompts", "schedule", "env steps/s", "rollout s", "generate s", "generate calls",
                "vs lockstep"]  # fmt: skip
     print(format_table(headers, rows))
     machine = machine_info(1)
@@ -159,7 +165,8 @@ def main() -> None:
               f"same trajectories in both schedules: {identical[pol]}")  # fmt: skip
     result = {"env_id": latency_env.ENV_ID, "mean_latency_s": args.mean_s, "sigma": 1.0,
               "num_envs": num_envs, "num_workers": num_envs, "presets": presets,
-              "memories": {k: AGENTS[k].memory + (f"_{AGENTS[k].memory_k}" if AGENTS[k].memory == "last_k" else "") for k in memories},
+              "prompts": {k: {f: getattr(AGENTS[k], f) for f in ("memory", "memory_k",
+                          "include_instruction")} for k in memories},
               "max_turns": args.max_turns, "max_new_tokens": base.max_new_tokens,
               "repeats": args.repeats, "runs": runs, "speedup": speedup, "target": TARGET,
               "identical_trajectories": identical, "pool_start_s": pool_start_s,

@@ -51,10 +51,10 @@ class RolloutConfig:
     each node one training row, step view; the tree settings are the `search` section).
     Checked by the train config, since the modes live above this package."""
     async_envs: bool = False
-    """Let episodes progress independently (the `flat` mode; the train config refuses it with `tree`): an episode
-    whose env step returns is queued for its next generation at once, env steps run on a
-    thread pool while the model generates for the episodes that are ready, so one slow env
-    holds only its own episode. False: lockstep turns (generate for every live episode,
+    """Let episodes progress independently (the `flat` mode; the train config refuses it
+    with `tree`): an episode whose env step returns is queued for its next generation at
+    once, env steps run on a thread pool while the model generates for the episodes that
+    are ready, so one slow env holds only its own episode. False: lockstep turns (generate for every live episode,
     then step them all). Both give the same trajectories for the same seeds, since each
     episode-turn samples from its own seeded stream (see `arborl.rollout.scheduler`)."""
     async_max_batch: int = 64
