@@ -96,6 +96,8 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=None,
                    help="turn limit (default: the env's own, 16 for Maze, as in the demo)")  # fmt: skip
     p.add_argument("--mean-s", type=float, default=0.1, help="mean env step latency, seconds")
+    p.add_argument("--wait-s", type=float, default=RolloutConfig.async_wait_s,
+                   help="rollout.async_wait_s of the async runs (default: the config's)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     p.add_argument("--quick", action="store_true", help="smoke run: 4 tasks, 1 repeat")
     p.add_argument("--out", default=None, help="JSON (default bench/results/async_rollout.json)")
@@ -122,7 +124,7 @@ def main() -> None:
     pool_start_s = time.perf_counter() - t
     base = RolloutConfig(num_tasks=args.num_tasks, group_size=args.group_size,
                          max_turns=args.max_turns, max_new_tokens=8)  # fmt: skip
-    modes = {"lockstep": base, "async": replace(base, async_envs=True)}
+    modes = {"lockstep": base, "async": replace(base, async_envs=True, async_wait_s=args.wait_s)}
     policies = [f"{name} {mem}" for name in presets for mem in memories]
     cases = [(pol, m) for pol in policies for m in modes]
     runs: dict[str, list[dict]] = {f"{pol} {m}": [] for pol, m in cases}
@@ -168,6 +170,7 @@ def main() -> None:
               "prompts": {k: {f: getattr(AGENTS[k], f) for f in ("memory", "memory_k",
                           "include_instruction")} for k in memories},
               "max_turns": args.max_turns, "max_new_tokens": base.max_new_tokens,
+              "async_wait_s": args.wait_s,
               "repeats": args.repeats, "runs": runs, "speedup": speedup, "target": TARGET,
               "identical_trajectories": identical, "pool_start_s": pool_start_s,
               "machine": machine}  # fmt: skip
