@@ -233,8 +233,9 @@ class HFBackend:
                     f"prompts[{i}] has {len(p)} tokens, the model's limit is {self.max_length}"
                     " (max_position_embeddings); shorten the prompt"
                 )
-        # Each prompt gets its own random stream keyed by (seed, position in `prompts`), so
-        # outputs do not depend on batch size, batching order or the other prompts.
+        # Each prompt gets its own random stream, keyed by `params.row_seeds[i]` or else by
+        # (seed, position in `prompts`), so outputs do not depend on batch size, batching
+        # order or the other prompts.
         # Never more columns than any row can use: a huge max_new_tokens must not allocate
         # rows x max_new_tokens floats before the per-row clamp to the model length.
         width = min(params.max_new_tokens, self.max_length - min(map(len, prompts), default=0))

@@ -4,8 +4,9 @@
 Prompts go in as token ids (`TokensPrompt`), so no re-tokenization happens.
 
 Choices that keep rollouts trainable (each one a defect found against real vLLM):
-- every row gets its own seed (`row_seed(seed, i)`): vLLM seeds each *request* with
-  its `seed`, so one seed for a call gave a whole GRPO group the same sample;
+- every row gets its own seed (`row_seed(seed, i)`, or `params.row_seeds[i]`): vLLM seeds
+  each *request* with its `seed`, so one seed for a call gave a whole GRPO group the same
+  sample;
 - `logprobs_mode="processed_logprobs"` by default: vLLM's default raw logprobs ignore the
   temperature (max |diff| 0.34 at T=0.7), processed ones match `token_logprobs(..., T)` to
   1e-6. Under top-k/top-p no vLLM mode matches arborl's untruncated convention, so such

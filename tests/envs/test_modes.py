@@ -3,6 +3,7 @@ rollout code, `check_env` through the pool, failures confined to their episode."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -39,6 +40,26 @@ def test_same_results_and_check_env_in_every_mode(mode):
         assert pool.step(actions) == ref.step(actions)
         assert pool[0].max_turns == ref[0].max_turns and pool[2].instruction == ref[2].instruction
         assert check_env(pool[1], num_seeds=2) == []
+    finally:
+        pool.close()
+
+
+def test_a_plain_registered_env_reaches_subprocess_workers(monkeypatch):
+    """An env registered here (not a package, not built in) is registered in the workers."""
+    from pathlib import Path
+
+    from arborl.envs import register
+
+    root = str(Path(__file__).resolve().parents[2])  # the workers import tests.envs.… from it
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
+    register("user/WorkerDigit-v0", entry_point="tests.envs.user_env_example:GuessDigitEnv")
+    pool = make_pool("user/WorkerDigit-v0", 2, mode="subprocess")
+    ref = EnvPool("user/WorkerDigit-v0", 2)
+    try:
+        assert pool.reset([3], group_size=2) == ref.reset([3], group_size=2)
+        assert pool.step(["7", "1"]) == ref.step(["7", "1"])
     finally:
         pool.close()
 
