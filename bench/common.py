@@ -26,6 +26,7 @@ def machine_info(num_threads: int) -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -41,6 +42,17 @@ def machine_info(num_threads: int) -> dict[str, Any]:
     except ImportError:
         info["trl"] = None
     return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name, as `lscpu` prints it ("" where /proc/cpuinfo has none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def median(values: list[float]) -> float:

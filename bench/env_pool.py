@@ -8,7 +8,13 @@ when all episodes are done. Resets count as steps too (they are env calls). Mode
   - subprocess:  8 worker processes x 8 envs, one JSON line per worker per batch;
   - ray:         8 actors x 8 envs, 0.25 CPU each (`ray.init(num_cpus=2)`);
   - http xN:     N uvicorn env servers (N = 1, 2, 4), 64 sessions balanced over them,
-                 64 concurrent requests per batch from one asyncio client.
+                 one `/batch` request per replica per pool step (the default);
+  - http x1 per-call: 1 server, one keep-alive request per env call (`batch_calls=False`,
+                 the per-session REST routes), 64 concurrent from one asyncio client.
+
+Besides throughput the table gives each mode's overhead per env call: its wall time per
+call minus inproc's (which is Maze's own step plus the loop), i.e. what the transport adds.
+The issue's target is <= 1 ms for http x1.
 
 Modes run interleaved (A B C ... A B C ...) and the table shows the median of the repeats.
 The numbers measure transport overhead: Maze's own `step` costs microseconds, so a real
@@ -38,7 +44,10 @@ MODES: dict[str, dict[str, Any]] = {
     "http x1": {"mode": "http", "replicas": 1},
     "http x2": {"mode": "http", "replicas": 2},
     "http x4": {"mode": "http", "replicas": 4},
+    "http x1 per-call": {"mode": "http", "replicas": 1, "batch_calls": False},
 }
+TARGET_MS = 1.0
+"""Issue 20's bound on http x1's overhead per env call."""
 
 
 def run_steps(pool: Any, num_steps: int, rng: random.Random) -> float:
@@ -97,12 +106,24 @@ def main() -> None:
         for pool in pools.values():
             pool.close()
     base = median(rates["inproc"]) if "inproc" in rates else float("nan")
-    rows = [[m, round(median(rates[m])), median(rates[m]) / base, start_s[m]] for m in modes]
-    table = format_table(["mode", "env steps/s", "vs inproc", "pool start s"], rows)
+    overhead = {m: 1000 / median(rates[m]) - 1000 / base for m in modes}  # ms per call
+    rows = [[m, round(median(rates[m])), median(rates[m]) / base, overhead[m], start_s[m]]
+            for m in modes]  # fmt: skip
+    table = format_table(
+        ["mode", "env steps/s", "vs inproc", "overhead ms/call", "pool start s"], rows
+    )
     print(table)
+    machine = machine_info(1)
+    print(f"CPU: {machine['cpu_model']}, load average {machine['loadavg']}")
+    if "http x1" in overhead and "inproc" in rates:
+        met = "met" if overhead["http x1"] <= TARGET_MS else "NOT met"
+        print(
+            f"http x1 overhead {overhead['http x1']:.3f} ms/call, target <= {TARGET_MS} ms: {met}"
+        )
     result = {"env_id": ENV_ID, "num_envs": NUM_ENVS, "group_size": GROUP,
               "num_steps": args.num_steps, "repeats": args.repeats, "modes": MODES,
-              "steps_per_s": rates, "pool_start_s": start_s, "machine": machine_info(1)}  # fmt: skip
+              "steps_per_s": rates, "overhead_ms_per_call": overhead, "target_ms": TARGET_MS,
+              "pool_start_s": start_s, "machine": machine}  # fmt: skip
     print(f"wrote {write_json(result, args.out, 'env_pool')}")
 
 

@@ -48,11 +48,28 @@ def package_context(env_id: str) -> dict[str, Any]:
 
     m = package_of(env_id)
     if m is None:
-        return {"manifest": None, "python": None, "spec": None}
+        return {"manifest": None, "python": None, "spec": _registered_spec(env_id)}
     e = m.env(env_id)
     spec = {"id": e.id, "entry_point": e.entry_point, "kwargs": e.kwargs,
             "max_turns": e.max_turns, "description": e.description}  # fmt: skip
     return {"manifest": m, "python": str(interpreter_for(env_id).python), "spec": spec}
+
+
+def _registered_spec(env_id: str) -> dict[str, Any] | None:
+    """The spec of a plain env registered in this process under a `"module:attr"` entry
+    point outside arborl (e.g. a script's or a test's own env), so that worker processes,
+    which know only the built-ins and entry-point plug-ins, register it too (its module must
+    be importable there: on the PYTHONPATH they inherit). None for the rest."""
+    from arborl.envs.registry import spec
+
+    try:
+        s = spec(env_id)
+    except KeyError:
+        return None
+    if not isinstance(s.entry_point, str) or s.entry_point.startswith("arborl."):
+        return None
+    return {"id": s.id, "entry_point": s.entry_point, "kwargs": s.kwargs,
+            "max_turns": s.max_turns, "description": s.description}  # fmt: skip
 
 
 def inproc_pool(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:

@@ -32,6 +32,11 @@ class SamplingParams:
     sampling without replacement across calls, e.g. k distinct one-token actions for k
     samples' cost. Logprobs stay those of the full distribution (as with top-k/top-p).
     Only the in-process HF backend supports it; the others raise."""
+    row_seeds: list[int] | None = None
+    """One seed per prompt (None: derived from `seed` and the row's position). Row i then
+    samples from its own stream, whatever its position and whichever prompts share the
+    call: what lets the rollout's async mode batch episodes freely yet sample exactly as
+    the lockstep mode does (each episode-turn keys its own seed)."""
 
 
 SEED_STRIDE = 100_003
@@ -43,6 +48,24 @@ def row_seed(seed: int, row: int) -> int:
     """The seed of row `row` of a call seeded `seed`, for backends that seed each request
     (vLLM, HTTP): one seed for every row would give a whole group the same sample."""
     return (seed * SEED_STRIDE + row) % MAX_SEED
+
+
+def row_seeds_for(params: SamplingParams, num_rows: int) -> list[int] | None:
+    """Each row's seed: `params.row_seeds` (checked), else `row_seed(seed, i)`, else None."""
+    if params.row_seeds is None:
+        return None if params.seed is None else [row_seed(params.seed, i) for i in range(num_rows)]
+    seeds = params.row_seeds
+    if len(seeds) != num_rows:
+        raise ValueError(
+            f"SamplingParams.row_seeds has {len(seeds)} seeds for {num_rows} prompts; give one "
+            "per prompt (or None)"
+        )
+    bad = [
+        s for s in seeds if not isinstance(s, int) or isinstance(s, bool) or not 0 <= s < MAX_SEED
+    ]
+    if bad:
+        raise ValueError(f"SamplingParams.row_seeds must be ints in [0, 2**62), got {bad[:3]}")
+    return list(seeds)
 
 
 def eos_token_ids(tokenizer_eos: int | None, config_eos: int | list[int] | None) -> list[int]:

@@ -22,7 +22,7 @@ import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
-from arborl.generation.base import Completion, SamplingParams, eos_token_ids
+from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
 from arborl.models.scoring import cache_kwarg, position_ids_from_mask
 
 
@@ -109,10 +109,18 @@ def _ids(ids: list[int] | None, like: torch.Tensor) -> torch.Tensor:
 
 def row_uniforms(base_seed: int, num_rows: int, num_steps: int) -> torch.Tensor:
     """(num_rows, num_steps) uniforms; row i depends only on (base_seed, i)."""
-    out = torch.empty(num_rows, num_steps)
-    for i in range(num_rows):
-        # Knuth multiplicative mix keeps nearby (seed, row) pairs on unrelated streams.
-        seed = (base_seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9) % (2**63)
+    # Knuth multiplicative mix keeps nearby (seed, row) pairs on unrelated streams.
+    mix = [
+        (base_seed * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9) % (2**63) for i in range(num_rows)
+    ]
+    return seeded_uniforms(mix, num_steps)
+
+
+def seeded_uniforms(seeds: list[int], num_steps: int) -> torch.Tensor:
+    """(len(seeds), num_steps) uniforms, row i from a generator seeded `seeds[i]` (a row's
+    first k draws are the same whatever num_steps is)."""
+    out = torch.empty(len(seeds), num_steps)
+    for i, seed in enumerate(seeds):
         out[i] = torch.rand(num_steps, generator=torch.Generator().manual_seed(seed))
     return out
 
@@ -225,15 +233,19 @@ class HFBackend:
                     f"prompts[{i}] has {len(p)} tokens, the model's limit is {self.max_length}"
                     " (max_position_embeddings); shorten the prompt"
                 )
-        # Each prompt gets its own random stream keyed by (seed, position in `prompts`), so
-        # outputs do not depend on batch size, batching order or the other prompts.
-        base_seed = params.seed
-        if base_seed is None:
-            base_seed = int(torch.randint(2**62, (1,), generator=self._generator))
+        # Each prompt gets its own random stream, keyed by `params.row_seeds[i]` or else by
+        # (seed, position in `prompts`), so outputs do not depend on batch size, batching
+        # order or the other prompts.
         # Never more columns than any row can use: a huge max_new_tokens must not allocate
         # rows x max_new_tokens floats before the per-row clamp to the model length.
         width = min(params.max_new_tokens, self.max_length - min(map(len, prompts), default=0))
-        uniforms = row_uniforms(base_seed, len(prompts), width)
+        if params.row_seeds is not None:  # each row its own stream, whatever its position
+            uniforms = seeded_uniforms(row_seeds_for(params, len(prompts)), width)
+        else:
+            base_seed = params.seed
+            if base_seed is None:
+                base_seed = int(torch.randint(2**62, (1,), generator=self._generator))
+            uniforms = row_uniforms(base_seed, len(prompts), width)
         # Similar lengths together means less padding; results go back in input order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)

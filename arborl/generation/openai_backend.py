@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import httpx
 from transformers import PreTrainedTokenizerBase
 
-from arborl.generation.base import Completion, SamplingParams, row_seed
+from arborl.generation.base import Completion, SamplingParams, row_seeds_for
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 
@@ -75,8 +75,8 @@ class OpenAIBackend:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         check_params(params)
         refuse_banned_first_tokens(params, "OpenAI-compatible HTTP")
-        if params.seed is not None:  # one request per row, each with its own seed
-            seeds = [row_seed(params.seed, i) for i in range(len(prompts))]
+        seeds = row_seeds_for(params, len(prompts))
+        if seeds is not None:  # one request per row, each with its own seed
             with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
                 rows = pool.map(
                     lambda p, s: self._generate_chunk([p], params, s)[0], prompts, seeds

@@ -4,8 +4,9 @@
 Prompts go in as token ids (`TokensPrompt`), so no re-tokenization happens.
 
 Choices that keep rollouts trainable (each one a defect found against real vLLM):
-- every row gets its own seed (`row_seed(seed, i)`): vLLM seeds each *request* with
-  its `seed`, so one seed for a call gave a whole GRPO group the same sample;
+- every row gets its own seed (`row_seed(seed, i)`, or `params.row_seeds[i]`): vLLM seeds
+  each *request* with its `seed`, so one seed for a call gave a whole GRPO group the same
+  sample;
 - `logprobs_mode="processed_logprobs"` by default: vLLM's default raw logprobs ignore the
   temperature (max |diff| 0.34 at T=0.7), processed ones match `token_logprobs(..., T)` to
   1e-6. Under top-k/top-p no vLLM mode matches arborl's untruncated convention, so such
@@ -25,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seed
+from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
 from arborl.generation.hf import check_params, refuse_banned_first_tokens
 
 INSTALL_HINT = (
@@ -60,8 +61,7 @@ class VLLMBackend:
         self.weights_version = 0
         """Version of the weights the engine holds (bumped by `sync_weights`)."""
 
-    def _sampling_params(self, params: SamplingParams, row: int) -> Any:
-        seed = None if params.seed is None else row_seed(params.seed, row)
+    def _sampling_params(self, params: SamplingParams, seed: int | None) -> Any:
         return self._vllm.SamplingParams(
             n=1,
             max_tokens=params.max_new_tokens,
@@ -80,7 +80,8 @@ class VLLMBackend:
         refuse_banned_first_tokens(params, "vLLM")
         self._warn_truncated_logprobs(params)
         requests = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        per_row = [self._sampling_params(params, i) for i in range(len(prompts))]
+        seeds = row_seeds_for(params, len(prompts)) or [None] * len(prompts)
+        per_row = [self._sampling_params(params, s) for s in seeds]
         outputs = self.llm.generate(requests, per_row, use_tqdm=False)
         completions = []
         for out in outputs:

@@ -50,6 +50,18 @@ class RolloutConfig:
     "flat" (independent episodes) or "tree" (one search tree per task grown by the policy,
     each node one training row, step view; the tree settings are the `search` section).
     Checked by the train config, since the modes live above this package."""
+    async_envs: bool = False
+    """Let episodes progress independently (the `flat` mode; the train config refuses it
+    with `tree`): an episode whose env step returns is queued for its next generation at
+    once, env steps run on a thread pool while the model generates for the episodes that
+    are ready, so one slow env holds only its own episode. False: lockstep turns (generate for every live episode,
+    then step them all). Both give the same trajectories for the same seeds, since each
+    episode-turn samples from its own seeded stream (see `arborl.rollout.scheduler`)."""
+    async_max_batch: int = 64
+    """Async mode: most episodes in one generate call."""
+    async_wait_s: float = 0.005
+    """Async mode: how long generation waits for more episodes to become ready before it
+    runs a batch smaller than `async_max_batch` (0: never wait)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -58,6 +70,7 @@ class RolloutConfig:
         """Raise `ValueError` naming the field, the value and what is allowed."""
         positive = {"num_tasks": self.num_tasks, "group_size": self.group_size}
         positive["max_new_tokens"] = self.max_new_tokens
+        positive["async_max_batch"] = self.async_max_batch
         for name in ("max_turns", "max_episode_tokens", "max_prompt_tokens"):
             if getattr(self, name) is not None:
                 positive[name] = getattr(self, name)
@@ -70,5 +83,13 @@ class RolloutConfig:
             raise ValueError(f"{prefix}.temperature={self.temperature!r} must be >= 0 (0 = greedy)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"{prefix}.top_p={self.top_p!r} must be in (0, 1]")
+        if not isinstance(self.async_envs, bool):
+            raise ValueError(f"{prefix}.async_envs={self.async_envs!r} must be true or false")
+        wait = self.async_wait_s
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 10:
+            raise ValueError(
+                f"{prefix}.async_wait_s={wait!r} must be a number of seconds in [0, 10] "
+                "(0: never wait to fill a generation batch)"
+            )
         if self.top_k < 0:
             raise ValueError(f"{prefix}.top_k={self.top_k!r} must be >= 0 (0 disables)")

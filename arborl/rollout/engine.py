@@ -1,10 +1,12 @@
 """The multi-turn rollout loop over a pool of envs.
 
-Each turn the policy acts for the live episodes only (for an LM: one `generate` call over
+Each turn (lockstep, the default) the policy acts for the live episodes only (for an LM: one `generate` call over
 exactly those rows), the pool steps exactly those envs, and each episode ends on its own:
 the env terminates or truncates, the turn limit, the generated-token budget, or (episode
 view) a context that outgrew `max_prompt_tokens`. Groups of `group_size` episodes share a
-seed, hence a task; `group_id` is the task's index in the call.
+seed, hence a task; `group_id` is the task's index in the call. With `cfg.async_envs`
+episodes do not wait for each other's env steps (`arborl.rollout.scheduler`); the
+trajectories are the same.
 
     result = run_rollout(backend, tokenizer, "arborl/Maze-v0", seeds, RolloutConfig(), AgentConfig())
     result.batch, result.trajectories, result.stats
@@ -30,6 +32,7 @@ from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
 from arborl.rollout.metrics import episode_stats
 from arborl.rollout.policies import Decision, LMPolicy, Policy
+from arborl.rollout.scheduler import run_async
 
 
 @dataclass
@@ -136,8 +139,15 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
 
 
 def _run_turns(policy: Policy, pool: Pool, seeds, cfg: RolloutConfig, options, progress):
-    """Reset the pool and step the live episodes until every one has ended."""
+    """Reset the pool and step the live episodes until every one has ended: in lockstep
+    turns, or each on its own with `cfg.async_envs` (`arborl.rollout.scheduler`)."""
     episodes = _start_episodes(pool, seeds, cfg, options)
+    begin = getattr(policy, "begin_rollout", None)
+    if begin is not None:
+        begin(episodes)
+    if cfg.async_envs:
+        run_async(policy, pool, episodes, cfg, _apply, progress)
+        return episodes
     while live := [ep for ep in episodes if not ep.done]:
         decisions = policy.act(live, [pool[ep.index] for ep in live])
         if len(decisions) != len(live):
@@ -232,7 +242,7 @@ def collect_episodes(
     per_chunk = max(1, chunk_episodes // g)
     parts = []
     for c in range(0, len(seeds), per_chunk):
-        # An LM policy's per-call sampling seed advances with its call count, so
+        # An LM policy keys each episode's sampling stream by its rollout count, so
         # chunks never repeat each other's samples.
         part = run_episodes_with_policy(
             policy, env_id, seeds[c : c + per_chunk], cfg, split, env_kwargs, progress=progress,

@@ -85,6 +85,9 @@ class EpisodeState:
     truncated: bool = False
     truncation_reason: str = ""
     generated_tokens: int = 0
+    sample_seed: int | None = None
+    """The episode's sampling stream (set by `LMPolicy.begin_rollout`); turn t samples with
+    seed `row_seed(sample_seed, t)`, whichever episodes share its generate call."""
     # Agent-side state, owned by the LM policy.
     memory: Any = None
     """The episode's `arborl.agent.Memory` (step view)."""

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from arborl.agent import (
     AgentConfig,
     ChatContinuation,
@@ -26,7 +28,7 @@ from arborl.agent import (
     stop_strings,
     user_content,
 )
-from arborl.generation.base import GenerationBackend, SamplingParams
+from arborl.generation.base import MAX_SEED, GenerationBackend, SamplingParams, row_seed
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState
 
@@ -49,7 +51,9 @@ class Decision:
 
 
 class Policy(Protocol):
-    """Choose actions for the live episodes of one turn."""
+    """Choose actions for the live episodes of one turn (or, in the async mode, for the
+    episodes that are ready). A policy may also have `begin_rollout(episodes)`, which the
+    engine calls once after the resets (`LMPolicy` seeds each episode's stream there)."""
 
     name: str
 
@@ -122,6 +126,7 @@ class LMPolicy:
             limit = min(limit, int(model_limit) - 1)
         self.max_prompt_tokens = limit
         self.num_calls = 0
+        self.num_rollouts = 0
         self.prompts_per_call: list[int] = []
         self.prompt_truncations = 0
 
@@ -167,10 +172,23 @@ class LMPolicy:
         return ids, cut
 
     # --- acting -------------------------------------------------------------------------
-    def _params(self, max_new_tokens: int) -> SamplingParams:
+    def begin_rollout(self, episodes: Sequence[EpisodeState]) -> None:
+        """Give each episode of a new rollout its own sampling stream, keyed by (cfg.seed,
+        this policy's rollout count, pool index), so an episode's tokens never depend on
+        which episodes share its generate call, nor on the engine's scheduling; a policy
+        reused over several rollouts (e.g. `collect_episodes`' chunks) never repeats one."""
+        if self.cfg.seed is None:
+            return  # unseeded: the backend's own generator, as before
+        for ep in episodes:
+            key = [self.cfg.seed, self.num_rollouts, ep.index]
+            ep.sample_seed = int(np.random.default_rng(key).integers(0, MAX_SEED))
+        self.num_rollouts += 1
+
+    def _params(self, max_new_tokens: int, row_seeds: list[int] | None = None) -> SamplingParams:
         cfg = self.cfg
         seed = None if cfg.seed is None else (cfg.seed * 1_000_003 + self.num_calls) % (2**62)
         return SamplingParams(
+            row_seeds=row_seeds,
             max_new_tokens=max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
@@ -192,7 +210,11 @@ class LMPolicy:
                 budget = min(budget, self.cfg.max_episode_tokens - ep.generated_tokens)
             rows.append((k, prompt, budget, cut))
         if rows:
-            params = self._params(max(r[2] for r in rows))
+            eps = [episodes[r[0]] for r in rows]
+            row_seeds = None  # episodes without a stream: seeded by call and position
+            if all(ep.sample_seed is not None for ep in eps):
+                row_seeds = [row_seed(ep.sample_seed, len(ep.turns)) for ep in eps]
+            params = self._params(max(r[2] for r in rows), row_seeds)
             completions = self.backend.generate([r[1] for r in rows], params)
             self.num_calls += 1
             self.prompts_per_call.append(len(rows))

@@ -44,12 +44,19 @@ def tree_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
 
 
 tree_rollout.views = ("step",)  # each node is one decision: one step row, no episode view
+# The one mode that runs `rollout.async_envs` (a tree grows in its own loop).
+flat_rollout.async_envs = True
 
 
 def check_rollout_mode(rollout_cfg: Any, prefix: str = "rollout") -> None:
-    """Raise `ValueError` if `rollout_cfg.mode` is not a registered mode, or if the mode
-    cannot produce `rollout_cfg.view`."""
+    """Raise `ValueError` if `rollout_cfg.mode` is not a registered mode, if the mode
+    cannot produce `rollout_cfg.view`, or if it cannot run `rollout_cfg.async_envs`."""
     fn = ROLLOUT_MODES.get(rollout_cfg.mode)
+    if getattr(rollout_cfg, "async_envs", False) and not getattr(fn, "async_envs", False):
+        raise ValueError(
+            f"{prefix}.async_envs=true is for {prefix}.mode='flat' (independent episodes), got "
+            f"{prefix}.mode={rollout_cfg.mode!r}; set {prefix}.async_envs=false"
+        )
     views = getattr(fn, "views", None)
     if views is not None and rollout_cfg.view not in views:
         raise ValueError(

@@ -79,6 +79,18 @@ def test_train_each_algo(algo, tmp_path, capsys):
     assert "RL gain on the same tasks" in out
 
 
+def test_train_with_async_envs_is_the_lockstep_run(tmp_path):
+    """`rollout.async_envs=true` through the CLI: the same rollouts, so the same run."""
+    for name, flag in (("lock", "false"), ("async", "true")):
+        assert _train(tmp_path, name, f"rollout.async_envs={flag}", "trainer.plots=false") == 0
+    runs = [[r for r in read_metrics(tmp_path / n / "metrics.jsonl") if "train/success" in r]
+            for n in ("lock", "async")]  # fmt: skip
+    keys = ("train/success", "rollout/len_mean", "train/tokens", "actor/pg_loss")
+    assert len(runs[0]) == 2
+    for a, b in zip(*runs):
+        assert [a[k] for k in keys] == pytest.approx([b[k] for k in keys], abs=1e-6)
+
+
 def test_train_with_kl_to_a_reference(tmp_path):
     assert _train(tmp_path, "kl", "algo.kl_coef=0.1", "trainer.plots=false") == 0
     recs = _check_run(tmp_path / "kl", 2, plots=False)

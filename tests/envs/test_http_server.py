@@ -74,7 +74,8 @@ def test_token_required_except_health(client):
     assert client.get("/health").json()["status"] == "ok"
     routes = [("POST", "/sessions", {}), ("POST", f"/sessions/{sid}/reset", {"seed": 1}),
               ("POST", f"/sessions/{sid}/step", {"action": "up"}),
-              ("POST", f"/sessions/{sid}/snapshot", {}), ("DELETE", f"/sessions/{sid}", None)]  # fmt: skip
+              ("POST", f"/sessions/{sid}/snapshot", {}), ("DELETE", f"/sessions/{sid}", None),
+              ("POST", "/batch", {"calls": [{"session_id": sid, "method": "reset"}]})]  # fmt: skip
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
         for method, path, body in routes:
             r = client.request(method, path, json=body, headers=headers)
@@ -121,6 +122,46 @@ def test_status_codes(client):
     assert r.status_code == 400 and r.json()["error"] == "bad_snapshot"  # unsigned: never unpickled
     r = client.post("/sessions", json={"no_such_knob": 1}, headers=AUTH)
     assert r.status_code == 400 and "no_such_knob" in r.json()["detail"]
+
+
+def test_batch_replies_as_the_single_calls_do_and_fails_calls_one_by_one(client):
+    sids = [_session(client, split="test") for _ in range(3)]
+    single = [
+        client.post(f"/sessions/{sids[0]}/reset", json={"seed": s}, headers=AUTH).json()
+        for s in (3, 4)
+    ]
+    calls = [{"session_id": sid, "method": "reset", "args": {"seed": s}}
+             for sid, s in zip(sids[1:], (3, 4))]  # fmt: skip
+    calls.append({"session_id": "nope", "method": "reset", "args": {}})
+    calls.append({"session_id": sids[0], "method": "step", "args": {"action": 5}})
+    r = client.post("/batch", json={"calls": calls}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    replies = r.json()["replies"]
+    assert [x["status"] for x in replies] == [200, 200, 404, 400]
+    assert [x["value"] for x in replies[:2]] == single  # the same bodies as the single routes
+    assert replies[2]["error"] == "no_session" and replies[3]["error"] == "bad_request"
+    action = make("arborl/Maze-v0", split="test").reset(seed=3)[1]["available_actions"][0]
+    client.post(f"/sessions/{sids[0]}/reset", json={"seed": 3}, headers=AUTH)  # as sids[1]
+    one = {"session_id": sids[1], "method": "step", "args": {"action": action}}
+    assert (
+        client.post("/batch", json={"calls": [one]}, headers=AUTH).json()["replies"][0]["value"]
+        == client.post(f"/sessions/{sids[0]}/step", json={"action": action}, headers=AUTH).json()
+    )
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({}, 400, "'calls'"),
+        ({"calls": [{"session_id": "s", "method": "create"}]}, 400, "calls[0]"),
+        ({"calls": [{"session_id": 1, "method": "step"}]}, 400, "calls[0]"),
+        ({"calls": [], "timeout_s": -1}, 400, "timeout_s"),
+        ({"calls": [{"session_id": "s", "method": "step"}] * 1025}, 413, "--max-batch-calls"),
+    ],
+)
+def test_bad_batches_are_4xx_naming_the_fix(client, body, status, words):
+    r = client.post("/batch", json=body, headers=AUTH)
+    assert r.status_code == status and words in r.json()["detail"], r.text
 
 
 def test_idle_sessions_are_closed(client):

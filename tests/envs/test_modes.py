@@ -3,6 +3,7 @@ rollout code, `check_env` through the pool, failures confined to their episode."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -41,6 +42,40 @@ def test_same_results_and_check_env_in_every_mode(mode):
         assert check_env(pool[1], num_seeds=2) == []
     finally:
         pool.close()
+
+
+def test_a_plain_registered_env_reaches_subprocess_workers(monkeypatch):
+    """An env registered here (not a package, not built in) is registered in the workers."""
+    from pathlib import Path
+
+    from arborl.envs import register
+
+    root = str(Path(__file__).resolve().parents[2])  # the workers import tests.envs.… from it
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
+    register("user/WorkerDigit-v0", entry_point="tests.envs.user_env_example:GuessDigitEnv")
+    pool = make_pool("user/WorkerDigit-v0", 2, mode="subprocess")
+    ref = EnvPool("user/WorkerDigit-v0", 2)
+    try:
+        assert pool.reset([3], group_size=2) == ref.reset([3], group_size=2)
+        assert pool.step(["7", "1"]) == ref.step(["7", "1"])
+    finally:
+        pool.close()
+
+
+def test_http_batched_and_single_calls_give_the_same_results():
+    """`/batch` (the default) and one request per call (`batch_calls=False`) agree."""
+    pools = [make_pool("arborl/Maze-v0", 4, mode="http", split="test", replicas=1,
+                       batch_calls=b) for b in (True, False)]  # fmt: skip
+    try:
+        assert pools[0].transport.batch_calls and not pools[1].transport.batch_calls
+        got = [(p.reset([11, 12], group_size=2), p.step(["up", None, "left", "no"])) for p in pools]
+        assert got[0] == got[1]
+        assert not pools[0].transport.no_batch  # the batch route answered
+    finally:
+        for p in pools:
+            p.close()
 
 
 @pytest.mark.parametrize("mode", list(MODE_KW))

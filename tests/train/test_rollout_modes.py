@@ -18,6 +18,9 @@ def test_modes_and_config_checks():
         load_train_config(["rollout.mode=tre"])
     with pytest.raises(ValueError, match=r"rollout.mode='tree' needs view in \['step'\]"):
         check_rollout_mode(replace(cfg.rollout, view="episode"))
+    with pytest.raises(ValueError, match=r"rollout.async_envs=true is for rollout.mode='flat'"):
+        load_train_config(["rollout.mode=tree", "rollout.async_envs=true"])
+    assert load_train_config(["rollout.async_envs=true"]).rollout.async_envs is True
     with pytest.raises(ValueError, match=r"search.budget=0 must be an int >= 1"):
         load_train_config(["search.budget=0"])
     with pytest.raises(ValueError, match=r"search.evaluator='judge' is not one of"):

@@ -12,11 +12,19 @@ out, sent a bad reply, or the env raised) ends only the episode of that env: its
 `num_env_errors`, and an instance that was lost is rebuilt before its next reset
 (elsewhere, if its replica is down). Past `max_env_errors` failures the pool raises
 `EnvErrorBudgetExceeded`, which stops the run with the recent errors listed.
+
+Threads: `step` (and a proxy's calls) may be called from several threads at once for
+different envs, as the rollout's async mode does. Calls run concurrently unless they share
+a *lane*: `transport.lane(index)` names the channel an instance is reached through (a
+subprocess worker's pipe carries one batch at a time; an HTTP or Ray instance is its own
+lane), and calls on one lane wait for each other. A transport without `lane` is one lane.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -160,6 +168,9 @@ class RemotePool:
         self._proxies = [EnvProxy(self, i) for i in range(num_envs)]
         self._lost: set[int] = set()
         self._closed = False
+        self._lane_of = getattr(transport, "lane", lambda i: 0)
+        self._lanes: dict[Any, threading.Lock] = {}
+        self._lanes_lock = threading.Lock()
         failed = self._open(list(range(num_envs)))
         if failed:
             self.transport.close()
@@ -204,7 +215,7 @@ class RemotePool:
         """As `EnvPool.step`; a failed call gives a truncated result with `env_error`."""
         todo = self._check_actions(actions)
         calls = [(i, "step", {"action": str(a)}) for i, a in todo.items()]
-        replies = self.transport.call(calls, self.timeout_s) if calls else []
+        replies = self._transport_call(calls) if calls else []
         results: list[StepResult | None] = [None] * self.num_envs
         for (i, _, _), r in zip(calls, replies):
             if r.ok:
@@ -231,6 +242,21 @@ class RemotePool:
         self.close()
 
     # --- internals ------------------------------------------------------------------------
+    @contextmanager
+    def _holding_lanes(self, indices: list[int]) -> Iterator[None]:
+        """Hold the locks of the lanes of `indices` (taken in sorted order: no deadlock)."""
+        keys = sorted({self._lane_of(i) for i in indices}, key=repr)
+        with self._lanes_lock:
+            locks = [self._lanes.setdefault(k, threading.Lock()) for k in keys]
+        with ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+    def _transport_call(self, calls: list[tuple[int, str, dict]]) -> list[Reply]:
+        with self._holding_lanes([c[0] for c in calls]):
+            return self.transport.call(calls, self.timeout_s)
+
     def _open(self, indices: list[int]) -> list[str]:
         replies = self.transport.open(indices, self.env_kwargs)
         failed = []
@@ -247,11 +273,11 @@ class RemotePool:
         """Rebuild lost instances first; a call that loses its instance is retried once."""
         if self._lost:
             self._open(sorted(self._lost))
-        replies = self.transport.call(calls, self.timeout_s)
+        replies = self._transport_call(calls)
         retry = [k for k, r in enumerate(replies) if r.lost]
         if retry:
             self._open(sorted({calls[k][0] for k in retry}))
-            again = self.transport.call([calls[k] for k in retry], self.timeout_s)
+            again = self._transport_call([calls[k] for k in retry])
             for k, r in zip(retry, again):
                 replies[k] = r
         return replies
@@ -259,7 +285,7 @@ class RemotePool:
     def _call_one(self, i: int, method: str, args: dict) -> dict[str, Any]:
         call = [(i, method, args)]
         r = (self._call_with_reopen(call) if method == "reset"
-             else self.transport.call(call, self.timeout_s))[0]  # fmt: skip
+             else self._transport_call(call))[0]  # fmt: skip
         if not r.ok:
             self._record_error(i, method, r)
             raise EnvCallError(f"env {i} ({self.transport.where(i)}) {method}: {r.error}")
@@ -267,7 +293,7 @@ class RemotePool:
 
     def _close_one(self, i: int) -> None:
         if i not in self._lost and not self._closed:
-            self.transport.call([(i, "delete", {})], self.timeout_s)
+            self._transport_call([(i, "delete", {})])
             self._lost.add(i)  # rebuilt on the next reset
         self._done[i] = True
 

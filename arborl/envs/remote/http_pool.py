@@ -9,6 +9,13 @@ httpx: httpx's connection pool scans every connection per request, which cost 4 
 client CPU per call at 64 concurrent sessions on our machine (see docs/env_packages.md). A refused connection, a timeout, a 5xx, a
 non-JSON reply or a 404 for the session (the replica restarted, or the session idled
 out) fail that call; the session is counted lost and rebuilt before the next reset.
+
+Batched calls: the calls of one `call` that go to the same replica travel as one `POST
+/batch` (in chunks of `BATCH_CHUNK`), since the server's per-request work (routing,
+middleware, parsing) cost 1-2.8 ms against a cheap env's 40 µs step (docs/BENCHMARKS.md); the batch tells the
+server its deadline, so a hung env fails its own call (504) and not its neighbours'. A
+server without `/batch` (404) is sent single calls from then on; `batch_calls=False` always
+sends single calls (the REST contract's per-session routes, which other clients use).
 """
 
 from __future__ import annotations
@@ -24,6 +31,10 @@ from arborl.envs.remote.base import RemotePool, Reply, pop_pool_options
 
 _DOWN_S = 1.0
 """A URL that refused a connection is skipped this long before `/health` is tried."""
+BATCH_CHUNK = 256
+"""Most calls per `/batch` request (the server's default bound is 1024)."""
+_BATCH_GRACE_S = 2.0
+"""Extra client wait over a batch's `timeout_s`, for the server's own 504 replies to arrive."""
 
 
 class HttpError(Exception):
@@ -95,7 +106,8 @@ async def _read_response(reader: Any) -> tuple[int, bool, bytes]:
 class HttpTransport:
     """Sessions spread over `urls` (servers that share `token`)."""
 
-    def __init__(self, urls: list[str], token: str, owned_servers: Any = None) -> None:
+    def __init__(self, urls: list[str], token: str, owned_servers: Any = None,
+                 batch_calls: bool = True) -> None:  # fmt: skip
         if not urls:
             raise ValueError("http mode needs at least one server URL (or replicas >= 1)")
         bad = [u for u in urls if urllib.parse.urlsplit(u).scheme not in ("http", "https")]
@@ -106,6 +118,8 @@ class HttpTransport:
         self.sessions: dict[int, tuple[str, str]] = {}
         self.down_until: dict[str, float] = {}
         self.conns = _Connections(token)
+        self.batch_calls = batch_calls
+        self.no_batch: set[str] = set()  # servers that answered 404 to /batch
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="arborl-http-pool")  # fmt: skip
@@ -113,6 +127,10 @@ class HttpTransport:
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def lane(self, index: int) -> int:
+        """Every session is its own lane: the asyncio loop serves threads concurrently."""
+        return index
 
     def where(self, index: int) -> str:
         return self.sessions.get(index, ("no session", ""))[0]
@@ -135,12 +153,25 @@ class HttpTransport:
             data = json.loads(payload)
         except ValueError:
             return Reply(False, error=f"bad reply ({status}) from {url}: {payload[:200]!r}")
-        if status == 200 and isinstance(data, dict):
-            return Reply(True, data)
-        kind = data.get("error", "") if isinstance(data, dict) else ""
-        detail = data.get("detail", data) if isinstance(data, dict) else data
-        return Reply(False, error=f"{kind or 'http'} ({status}): {detail!s:.300}",
-                     lost=status == 404 and kind == "no_session")  # fmt: skip
+        return _reply(status, data)
+
+    async def _batch(self, base: str, calls: list[tuple[str, str, dict]],
+                     timeout_s: float) -> list[Reply]:  # fmt: skip
+        """`(session_id, method, args)` calls to one server in one `/batch` request."""
+        body = {"calls": [{"session_id": sid, "method": m, "args": a} for sid, m, a in calls],
+                "timeout_s": timeout_s}  # fmt: skip
+        r = await self._request("POST", base, "/batch", body, timeout_s + _BATCH_GRACE_S)
+        items = r.value.get("replies") if r.ok else None
+        if isinstance(items, list) and len(items) == len(calls):
+            return [_batch_item(x) for x in items]
+        if not r.ok and r.error.startswith("http_error (404)"):  # an older server: no /batch
+            self.no_batch.add(base)
+            return list(await asyncio.gather(*(
+                self._request("POST", base, f"/sessions/{sid}/{m}", a, timeout_s)
+                for sid, m, a in calls)))  # fmt: skip
+        if r.ok:
+            r = Reply(False, error=f"bad batch reply from {base}: {str(r.value):.200}")
+        return [r] * len(calls)
 
     async def _health(self, url: str) -> bool:
         try:
@@ -208,8 +239,34 @@ class HttpTransport:
                 return await self._request("DELETE", url, f"/sessions/{sid}", None, timeout_s)
             return await self._request("POST", url, f"/sessions/{sid}/{method}", args, timeout_s)
 
+        async def batched(base: str, ns: list[int]) -> None:
+            sub = [(self.sessions[calls[n][0]][1], calls[n][1], calls[n][2]) for n in ns]
+            for n, r in zip(ns, await self._batch(base, sub, timeout_s)):
+                replies[n] = r
+
+        async def single(n: int) -> None:
+            replies[n] = await one(*calls[n])
+
+        replies: list[Reply | None] = [None] * len(calls)
+        groups: dict[str, list[int]] = {}
+        singles = []
+        for n, (i, method, _) in enumerate(calls):
+            base = self.sessions.get(i, ("", ""))[0]
+            if self.batch_calls and method != "delete" and base and base not in self.no_batch:
+                groups.setdefault(base, []).append(n)
+            else:
+                singles.append(n)
+        jobs = [single(n) for n in singles]
+        for base, ns in groups.items():
+            if len(ns) == 1:
+                jobs.append(single(ns[0]))
+                continue
+            for k in range(0, len(ns), BATCH_CHUNK):
+                jobs.append(batched(base, ns[k : k + BATCH_CHUNK]))
+
         async def run() -> list[Reply]:
-            return list(await asyncio.gather(*(one(*c) for c in calls)))
+            await asyncio.gather(*jobs)
+            return replies  # type: ignore[return-value]
 
         return self._run(run())
 
@@ -228,10 +285,32 @@ class HttpTransport:
                 self.servers.stop()
 
 
+def _reply(status: int, data: Any, batched: bool = False) -> Reply:
+    """A Reply from one call's HTTP status and decoded JSON body. A batched call past the
+    batch's deadline (504) counts as lost, as a single call's client-side timeout does."""
+    if status == 200 and isinstance(data, dict):
+        return Reply(True, data)
+    kind = data.get("error", "") if isinstance(data, dict) else ""
+    detail = data.get("detail", data) if isinstance(data, dict) else data
+    return Reply(False, error=f"{kind or 'http'} ({status}): {detail!s:.300}",
+                 lost=(status == 404 and kind == "no_session") or (batched and status == 504))  # fmt: skip
+
+
+def _batch_item(x: Any) -> Reply:
+    """One `/batch` reply item: `{"status": 200, "value": ...}` or an error body + status."""
+    status = x.get("status") if isinstance(x, dict) else None
+    if not isinstance(status, int):
+        return Reply(False, error=f"bad batch reply item {x!r:.100}")
+    return _reply(status, x.get("value") if status == 200 else x, batched=True)
+
+
 def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = None,
-              token: str | None = None, replicas: int = 1, **kw: Any) -> RemotePool:  # fmt: skip
+              token: str | None = None, replicas: int = 1, batch_calls: bool = True,
+              **kw: Any) -> RemotePool:  # fmt: skip
     """`make_pool(..., mode="http")`: sessions on the servers at `urls` (with `token`), or
-    on `replicas` local servers that the pool starts now and stops on `close`."""
+    on `replicas` local servers that the pool starts now and stops on `close`.
+    `batch_calls`: send a step's calls to each replica as one `/batch` request (False: one
+    request per call, the per-session REST routes)."""
     opts = pop_pool_options(kw)
     servers = None
     if not urls:
@@ -240,7 +319,7 @@ def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = No
         servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
                              token=token).start()  # fmt: skip
         urls, token = servers.urls, servers.token
-    t = HttpTransport(urls, token or "", owned_servers=servers)
+    t = HttpTransport(urls, token or "", owned_servers=servers, batch_calls=batch_calls)
     try:
         return RemotePool(t, env_id, num_envs, kw, mode="http", **opts)
     except BaseException:

@@ -75,6 +75,10 @@ class RayTransport:
     def where(self, index: int) -> str:
         return f"ray actor {self._actor_of(index)}"
 
+    def lane(self, index: int) -> int:
+        """Calls to one actor wait for each other (its restarts touch all its envs)."""
+        return self._actor_of(index)
+
     def _ensure(self, k: int) -> Any:
         if self.actors[k] is None:
             self.actors[k] = self._cls.remote(self.env_id, self.python, self.spec, self.secret)

@@ -196,6 +196,10 @@ class SubprocessTransport:
     def _worker_of(self, index: int) -> int:
         return index % self.num_workers
 
+    def lane(self, index: int) -> int:
+        """A worker's pipe carries one batch at a time: its envs share one lane."""
+        return self._worker_of(index)
+
     def where(self, index: int) -> str:
         w = self.workers[self._worker_of(index)]
         return f"worker pid {w.pid}" if w else "worker not running"
