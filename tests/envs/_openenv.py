@@ -31,15 +31,15 @@ def venv_dir() -> Path:
     return Path(os.environ.get("ARBORL_TEST_OPENENV_VENV", default)).expanduser()
 
 
-def build_venv(target: Path) -> Path:
+def build_venv(target: Path, python_exe: str = PYTHON, requirement: str = REQUIREMENT) -> Path:
     """The venv's python, building the venv first if it is not there (raises with the log)."""
     python = target / "bin" / "python"
     if (target / ".arborl-openenv-installed").is_file():
         return python
     shutil.rmtree(target, ignore_errors=True)  # a build without its stamp is unfinished
     target.parent.mkdir(parents=True, exist_ok=True)
-    steps = [[PYTHON, "-m", "venv", str(target)],
-             [str(target / "bin" / "pip"), "install", "--quiet", REQUIREMENT],
+    steps = [[python_exe, "-m", "venv", str(target)],
+             [str(target / "bin" / "pip"), "install", "--quiet", requirement],
              [str(python), "-c", "import openenv.core.env_server"]]  # fmt: skip
     for cmd in steps:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -47,7 +47,7 @@ def build_venv(target: Path) -> Path:
             raise RuntimeError(f"building the openenv-core venv in {target} failed at "
                                f"{cmd[:3]} (exit {done.returncode}):\n{done.stdout[-2000:]}"
                                f"{done.stderr[-3000:]}")  # fmt: skip
-    (target / ".arborl-openenv-installed").write_text(REQUIREMENT + "\n")
+    (target / ".arborl-openenv-installed").write_text(requirement + "\n")
     return python
 
 

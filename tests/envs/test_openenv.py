@@ -29,7 +29,7 @@ from arborl.envs import EnvCallError, EnvPool, RemotePool, check_env, make, make
 from arborl.envs.remote.serve import free_port
 
 from ._openenv import *  # noqa: F403
-from ._openenv import SCRIPTS
+from ._openenv import SCRIPTS, build_venv
 from ._pkg import *  # noqa: F403
 from ._pkg import COUNTER_ID
 from ._pool_protocol import check_pool_protocol
@@ -225,6 +225,13 @@ def test_every_request_is_bounded_before_work(strict_url):
 
 
 # --- the real openenv-core on the other side ------------------------------------------
+
+
+@pytest.mark.slow  # makes a venv (~20 s on 2 loaded cores)
+def test_a_venv_that_cannot_be_built_is_an_error_with_pip_s_output(tmp_path):
+    with pytest.raises(RuntimeError, match="(?s)failed at.*arborl-no-such-package"):
+        build_venv(tmp_path / "venv", sys.executable, "arborl-no-such-package==0.0.0")
+    assert not (tmp_path / "venv" / ".arborl-openenv-installed").exists()
 
 
 @pytest.mark.slow  # builds openenv-core's venv on a new machine (~2 min), cached after

@@ -57,6 +57,19 @@ ERROR_CODES = {400: "VALIDATION_ERROR", 401: "UNAUTHORIZED", 404: "SESSION_ERROR
 no OpenEnv code, whose servers have no auth)."""
 
 
+_TEXT = {"type": "string"}
+SCHEMA = {
+    "action": {"type": "object", "properties": {"action": _TEXT}, "required": ["action"]},
+    "observation": {"type": "object", "properties": {
+        "text": _TEXT, "info": {"type": "object"}, "instruction": _TEXT,
+        "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}}},
+    "state": {"type": "object", "properties": {
+        "episode_id": _TEXT, "step_count": {"type": "integer"}, "env_id": _TEXT,
+        "max_turns": {"type": "integer"}}},
+}  # fmt: skip
+"""`GET /schema`: the JSON schemas of the action, observation and state (OpenEnv's route)."""
+
+
 class TokenPrefix:
     """ASGI wrapper: a request for `/<token>/rest` is served as `/rest` with the token as
     its bearer header, so clients that cannot send headers can still authenticate."""
@@ -150,13 +163,68 @@ class Connection:
             pass  # already closed by the idle sweeper
 
 
+def parse_message(raw: str, limits: Limits) -> dict[str, Any]:
+    """One WebSocket frame as a message, its depth checked before it is parsed."""
+    depth = json_depth(raw.encode(), stop_at=limits.max_json_depth)
+    if depth > limits.max_json_depth:
+        raise HostError(400, "too_deep", f"JSON nested {depth}+ levels deep; the limit is "
+                        f"{limits.max_json_depth} (--max-json-depth)")  # fmt: skip
+    try:
+        msg = json.loads(raw)
+    except ValueError as e:
+        raise HostError(400, "bad_json", f"not valid JSON: {e}") from e
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise HostError(400, "bad_request", 'a message is {"type": ..., "data": ...}')
+    return msg
+
+
+def error_frame(e: HostError) -> str:
+    """OpenEnv's error message for a refused call."""
+    code = ERROR_CODES.get(e.status, "EXECUTION_ERROR")
+    return json.dumps({"type": "error", "data": {"message": f"{e.kind}: {e.detail}", "code": code}})
+
+
+async def serve_connection(websocket: Any, host: EnvHost, env_kwargs: dict, limits: Limits,
+                           bounded: Any) -> None:  # fmt: skip
+    """One accepted WebSocket: its env session, message by message, until close."""
+    from starlette.websockets import WebSocketDisconnect
+
+    try:
+        conn = await bounded(Connection, host, env_kwargs)
+    except HostError as e:  # full, or the env cannot be built
+        await websocket.send_text(error_frame(e))
+        await websocket.close()
+        return
+    try:
+        while True:
+            raw = await websocket.receive_text()
+            try:
+                msg = parse_message(raw, limits)
+                if msg["type"] == "close":
+                    break
+                kind, data = await bounded(conn.handle, msg["type"], msg.get("data"))
+                await websocket.send_text(json.dumps({"type": kind, "data": jsonable(data)}))
+            except HostError as e:
+                await websocket.send_text(error_frame(e))
+                if e.status in (404, 504):  # the session is gone, or its env is stuck
+                    break
+    except WebSocketDisconnect:
+        pass
+    finally:
+        conn.close()
+    try:
+        await websocket.close()
+    except RuntimeError:
+        pass  # the client closed first
+
+
 def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
                idle_timeout_s: float = 600.0, call_timeout_s: float = 60.0,
                limits: Limits = DEFAULT_LIMITS) -> Any:  # fmt: skip
     """The ASGI app: OpenEnv's routes over `host`, behind the token (header or path)."""
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+    from fastapi import FastAPI, Request, WebSocket
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
@@ -205,15 +273,7 @@ def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
 
     @app.get("/schema")
     async def schema():
-        text = {"type": "string"}
-        return {"action": {"type": "object", "properties": {"action": text},
-                           "required": ["action"]},
-                "observation": {"type": "object", "properties": {
-                    "text": text, "info": {"type": "object"}, "instruction": text,
-                    "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}}},
-                "state": {"type": "object", "properties": {
-                    "episode_id": text, "step_count": {"type": "integer"}, "env_id": text,
-                    "max_turns": {"type": "integer"}}}}  # fmt: skip
+        return SCHEMA
 
     @app.post("/reset")
     async def http_reset(request: Request):  # stateless, as OpenEnv's HTTP /reset
@@ -245,50 +305,7 @@ def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
             await websocket.close(code=1008)  # before accept: the handshake gets 403
             return
         await websocket.accept()
-
-        async def error(e: HostError) -> None:
-            code = ERROR_CODES.get(e.status, "EXECUTION_ERROR")
-            await websocket.send_text(json.dumps({"type": "error", "data": {
-                "message": f"{e.kind}: {e.detail}", "code": code}}))  # fmt: skip
-
-        try:
-            conn = await bounded(Connection, host, env_kwargs)
-        except HostError as e:  # full, or the env cannot be built
-            await error(e)
-            await websocket.close()
-            return
-        try:
-            while True:
-                raw = await websocket.receive_text()
-                depth = json_depth(raw.encode(), stop_at=limits.max_json_depth)
-                try:
-                    if depth > limits.max_json_depth:
-                        raise HostError(400, "too_deep", f"JSON nested {depth}+ levels deep; "
-                                        f"the limit is {limits.max_json_depth}")  # fmt: skip
-                    try:
-                        msg = json.loads(raw)
-                    except ValueError as e:
-                        raise HostError(400, "bad_json", f"not valid JSON: {e}") from e
-                    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-                        raise HostError(
-                            400, "bad_request", 'a message is {"type": ..., "data": ...}'
-                        )
-                    if msg["type"] == "close":
-                        break
-                    kind, data = await bounded(conn.handle, msg["type"], msg.get("data"))
-                    await websocket.send_text(json.dumps({"type": kind, "data": jsonable(data)}))
-                except HostError as e:
-                    await error(e)
-                    if e.status in (404, 504):  # the session is gone, or its env is stuck
-                        break
-        except WebSocketDisconnect:
-            pass
-        finally:
-            conn.close()
-        try:
-            await websocket.close()
-        except RuntimeError:
-            pass  # the client closed first
+        await serve_connection(websocket, host, env_kwargs, limits, bounded)
 
     return TokenPrefix(app, token)
 
