@@ -224,6 +224,29 @@ def test_every_request_is_bounded_before_work(strict_url):
     assert out["done"] is False and "A" in out["observation"]["text"]
 
 
+def test_a_call_past_its_deadline_is_an_error_and_health_turns_unhealthy():
+    from starlette.testclient import TestClient
+
+    from arborl.envs.remote.host import EnvHost
+    from arborl.envs.remote.openenv_server import create_app
+
+    from . import _slow_env
+
+    spec = {"id": "test/Slow-v0", "entry_point": "tests.envs._slow_env:SlowEnv"}
+    app = create_app(EnvHost(spec["id"], b"k" * 32, spec), TOKEN, call_timeout_s=0.5)
+    _slow_env.RELEASE.clear()
+    try:
+        with TestClient(app) as client, client.websocket_connect(f"/{TOKEN}/ws") as ws:
+            ws.send_text(json.dumps({"type": "reset", "data": {"options": {"sleep_s": 30}}}))
+            err = json.loads(ws.receive_text())["data"]
+            assert err["code"] == "EXECUTION_ERROR" and "deadline of 0.5s" in err["message"]
+            health = client.get("/health")  # what `env serve` polls to restart the replica
+            assert health.status_code == 503 and health.json() == {"status": "unhealthy"}
+            _slow_env.RELEASE.set()  # let the stuck call end before the client shuts down
+    finally:
+        _slow_env.RELEASE.set()
+
+
 # --- the real openenv-core on the other side ------------------------------------------
 
 
