@@ -210,7 +210,9 @@ def test_every_request_is_bounded_before_work(strict_url):
         assert err["code"] == "VALIDATION_ERROR" and "too_deep" in err["message"]
         reply = _ask(c, {"type": "reset", "data": {"seed": 3}})  # still usable after errors
         assert reply["type"] == "observation"
-        assert reply["data"]["done"] is False and reply["data"]["reward"] is None
+        rebuilt = _ask(c, {"type": "reset", "data": {"seed": 3, "env_kwargs": {"split": "test"}}})
+        _, want = make("arborl/Maze-v0", split="test").reset(seed=3)  # rebuilt in place, not
+        assert rebuilt["data"]["observation"]["info"]["task_id"] == want["task_id"]  # refused
         with connect(strict_url) as second:  # --max-sessions 1: refused, then closed
             err = json.loads(second.recv())["data"]
             assert err["code"] == "CAPACITY_REACHED" and "server_full" in err["message"]
