@@ -231,8 +231,7 @@ def test_a_call_past_its_deadline_is_an_error_and_health_turns_unhealthy():
 
     from arborl.envs.remote.host import EnvHost
     from arborl.envs.remote.openenv_server import create_app
-
-    from . import _slow_env
+    from tests.envs import _slow_env  # the module the entry point below imports
 
     spec = {"id": "test/Slow-v0", "entry_point": "tests.envs._slow_env:SlowEnv"}
     app = create_app(EnvHost(spec["id"], b"k" * 32, spec), TOKEN, call_timeout_s=0.5)
