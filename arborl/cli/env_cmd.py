@@ -8,6 +8,7 @@
     arborl env setup me/Counter-v0          # build its isolated interpreter
     arborl env check me/Counter-v0 --mode http   # conformance through a pool
     arborl env serve me/Counter-v0 --replicas 4 --port 8100
+    arborl env serve arborl/Maze-v0 --protocol openenv --env-kwargs '{"split": "test"}'
     arborl env dockerfile me/Counter-v0 --out build/counter
 
 The logic lives in `arborl.envs`; this module only parses flags and prints.
@@ -207,19 +208,37 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     ctx = package_context(args.id)
     if ctx["spec"] is None:
         spec(args.id)  # a plain registry env: an unknown id fails here, with suggestions
+    try:
+        env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    except ValueError as e:
+        print(f"error: --env-kwargs {args.env_kwargs!r} is not JSON: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(env_kwargs, dict) or (env_kwargs and args.protocol != "openenv"):
+        print("error: --env-kwargs takes a JSON object, with --protocol openenv only (arborl's "
+              "protocol takes env kwargs per session)", file=sys.stderr)  # fmt: skip
+        return 2
     state = run_state_file(args.id)
     servers = ReplicaSet(args.id, args.replicas, port=args.port, host=args.host,
                          token=args.token, python=ctx["python"], spec=ctx["spec"],
                          idle_timeout_s=args.idle_timeout_s, state_file=state,
                          log_dir=arborl_home() / "logs" / state.stem,
                          max_sessions=args.max_sessions,
-                         call_timeout_s=args.call_timeout_s)  # fmt: skip
+                         call_timeout_s=args.call_timeout_s, protocol=args.protocol,
+                         env_kwargs=env_kwargs)  # fmt: skip
     servers.start()
     if servers.num_reaped:
         print(f"reaped {servers.num_reaped} orphaned server(s) of an earlier run")
     if servers.token_generated:
         print(f"generated token (send 'Authorization: Bearer <token>'): {servers.token}")
-    print(f"serving {args.id} with {args.replicas} replica(s): {' '.join(servers.urls)}")
+    print(
+        f"serving {args.id} with {args.replicas} replica(s) ({args.protocol} protocol): "
+        f"{' '.join(servers.urls)}"
+    )
+    if args.protocol == "openenv":
+        print(
+            "OpenEnv clients: base_url=<url>/<token> (their client sends no headers), or "
+            "send 'Authorization: Bearer <token>' on the WebSocket handshake to <url>/ws"
+        )
     servers.serve_forever(  # printed once the signal handlers are in place
         on_ready=lambda: print(
             f"logs in {servers.log_dir}; Ctrl-C or SIGTERM stops them", flush=True
@@ -303,7 +322,9 @@ def _register_package_commands(sub: argparse._SubParsersAction) -> None:
                        description="Start N env servers, restart crashed or stuck ones, "
                        "stop all on Ctrl-C/SIGTERM; they also exit if this process is "
                        "killed. The env's entry point is trusted code; clients only hold "
-                       "the token. See docs/security.md.")  # fmt: skip
+                       "the token. With --protocol openenv the servers speak OpenEnv's "
+                       "WebSocket protocol, so OpenEnv clients (TRL's, openenv-core's) can "
+                       "drive any arborl env. See docs/security.md and docs/envs.md.")  # fmt: skip
     p.add_argument("id", help="env id (a package env or any registered env)")
     p.add_argument("--replicas", type=int, default=1, help="number of servers (default 1)")
     p.add_argument("--port", type=int, default=0,
@@ -326,6 +347,12 @@ def _register_package_commands(sub: argparse._SubParsersAction) -> None:
         default=60.0,
         help="per-call deadline; a replica stuck past it is restarted (default 60)",
     )
+    p.add_argument("--protocol", choices=["arborl", "openenv"], default="arborl",
+                   help="wire protocol: arborl's REST /sessions contract (default), or "
+                   "OpenEnv's WebSocket /ws (one env per connection)")  # fmt: skip
+    p.add_argument("--env-kwargs", default=None,
+                   help='with --protocol openenv: JSON env kwargs for every connection, '
+                   'e.g. \'{"split": "test"}\' (default: none)')  # fmt: skip
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("dockerfile", help="write a Docker build context that serves the env",

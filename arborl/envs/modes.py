@@ -1,13 +1,15 @@
-"""`make_pool`: one `Pool` interface, four isolation modes, chosen per env or per run.
+"""`make_pool`: one `Pool` interface, five modes (four isolations and OpenEnv), chosen per env or per run.
 
     pool = make_pool("arborl/Maze-v0", 64, mode="subprocess", split="test")
     pool = make_pool("me/Counter-v0", 8)                       # the package's preferred mode
     pool = make_pool("me/Counter-v0", 8, mode="http", replicas=2)
     pool = make_pool("me/Counter-v0", 8, mode="http", urls=["http://10.0.0.5:8000"], token=T)
+    pool = make_pool("arborl/Maze-v0", 8, mode="openenv", urls=["http://127.0.0.1:8000"], token=T)
 
-`inproc` is the plain `EnvPool`. The other three are a `RemotePool` over a transport:
+`inproc` is the plain `EnvPool`. The others are a `RemotePool` over a transport:
 worker processes on pipes (`subprocess`), Ray actors (`ray`) or HTTP env servers
-(`http`: given `urls`, or `replicas` local servers the pool starts and stops itself). For
+(`http`: given `urls`, or `replicas` local servers the pool starts and stops itself), and
+`openenv` drives OpenEnv servers (WebSocket sessions on the given `urls`). For
 an env from a registered package, workers and servers run in the package's isolated
 interpreter (`arborl env setup ID` first); for a plain registry env, in this one.
 
@@ -87,6 +89,9 @@ register_mode("subprocess", "arborl.envs.remote.subproc:subprocess_pool")
 register_mode("ray", "arborl.envs.remote.ray_pool:ray_pool")
 register_mode("http", "arborl.envs.remote.http_pool:http_pool")
 assert set(POOL_MODES.names()) == set(MODES), "the manifest's isolation modes are the pool's"
+# `openenv` drives OpenEnv servers that someone else runs (given `urls`), so it is a pool
+# mode but not an isolation a package can prefer: registered after the check above.
+register_mode("openenv", "arborl.envs.remote.openenv_pool:openenv_pool")
 
 
 def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any) -> Pool:
@@ -97,8 +102,9 @@ def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any
     `max_env_errors` (failed calls before the run stops, default 100); `subprocess` and
     `ray` take `num_workers` (processes or actors; envs are spread over them), `ray`
     `num_cpus_per_worker` (fractional; default the manifest's `num_cpus`, else 0.25);
-    `http` takes `urls` and `token`, or `replicas` local servers. Other kwargs go to the
-    env's constructor.
+    `http` takes `urls` and `token`, or `replicas` local servers; `openenv` takes `urls`,
+    `token`, `action_key` and `text_key` (see `arborl.envs.remote.openenv_pool`). Other
+    kwargs go to the env's constructor.
     """
     ctx = package_context(env_id)
     if mode is None:

@@ -27,8 +27,9 @@ from pathlib import Path
 from arborl.envs.packages.manifest import EnvManifest
 from arborl.envs.packages.userdata import arborl_home, package_of
 
-RUNTIME_REQUIREMENTS = ("fastapi>=0.110", "uvicorn>=0.29")
-"""Installed into every isolated interpreter so it can run the HTTP env server."""
+RUNTIME_REQUIREMENTS = ("fastapi>=0.110", "uvicorn>=0.29", "websockets>=12")
+"""Installed into every isolated interpreter so it can run the HTTP env server and the
+OpenEnv one (`env serve --protocol openenv`: uvicorn serves WebSockets with `websockets`)."""
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 STAMP = ".arborl-setup.json"
 TAIL_LINES = 30

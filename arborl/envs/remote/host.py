@@ -86,8 +86,8 @@ class EnvHost:
         if not isinstance(kwargs, dict):
             raise HostError(400, "bad_request", f"env kwargs must be an object, got {kwargs!r:.80}")
         self._check_kwargs(kwargs, "kwargs")
-        with self._lock:
-            if len(self.sessions) >= self.max_sessions:
+        with self._lock:  # re-creating a session in place does not take another slot
+            if len(self.sessions) >= self.max_sessions and session_id not in self.sessions:
                 raise HostError(503, "server_full", f"{self.max_sessions} sessions are open; "
                                 "delete some (DELETE /sessions/{id}) or start more replicas")  # fmt: skip
         try:

@@ -205,9 +205,20 @@ def _watch_parent(parent_pid: int) -> None:
             return
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m arborl.envs.remote.http_server",
-                                description="Serve one env id over HTTP.")  # fmt: skip
+def exit_with_parent() -> None:
+    """Make this server exit when the process that started it dies (pool-owned servers)."""
+    from arborl.envs.remote.orphans import die_with_parent
+
+    die_with_parent()
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def build_parser(
+    prog: str = "python -m arborl.envs.remote.http_server",
+    description: str = "Serve one env id over HTTP.",
+) -> argparse.ArgumentParser:
+    """The flags of an env server (this one and the OpenEnv one share them)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("env_id", help="env id, e.g. arborl/Maze-v0")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -262,10 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     host.create({})  # build one env now: a broken env fails at start, not on first use
     host.close_all()
     if args.exit_with_parent:
-        from arborl.envs.remote.orphans import die_with_parent
-
-        die_with_parent()
-        threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+        exit_with_parent()
     limits = Limits(args.max_body_bytes, args.max_json_depth)
     app = create_app(
         host, token, args.idle_timeout_s, args.call_timeout_s, limits, args.max_batch_calls

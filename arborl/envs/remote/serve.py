@@ -1,5 +1,9 @@
 """`ReplicaSet`: N HTTP env servers for one env id, kept alive (`arborl env serve`).
 
+Each replica speaks arborl's REST `/sessions` contract (`http_server`) or, with
+`protocol="openenv"`, OpenEnv's WebSocket protocol (`openenv_server`); both answer
+`/health` alike, so supervision is the same.
+
 Start-up first reaps orphans: servers listed in the env's state file
 (`ARBORL_HOME/run/<env id>.json`) by an earlier run whose owner is gone are stopped, pid
 and process start time both matching so an unrelated process that reused a pid is never
@@ -31,6 +35,12 @@ from typing import Any
 
 from arborl.envs.remote.http_server import SECRET_ENV_VAR, TOKEN_ENV_VAR
 from arborl.envs.remote.subproc import _tail, worker_env
+
+SERVER_MODULES = {
+    "arborl": "arborl.envs.remote.http_server",
+    "openenv": "arborl.envs.remote.openenv_server",
+}
+"""Wire protocol -> the server module each replica runs (`arborl env serve --protocol`)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,9 +120,16 @@ class ReplicaSet:
                  state_file: Path | None = None,
                  log_dir: Path | None = None, health_timeout_s: float = 60.0,
                  max_restarts: int = 100, max_sessions: int = 4096,
-                 call_timeout_s: float = 60.0) -> None:  # fmt: skip
+                 call_timeout_s: float = 60.0, protocol: str = "arborl",
+                 env_kwargs: dict | None = None) -> None:  # fmt: skip
         if num_replicas < 1:
             raise ValueError(f"replicas={num_replicas!r} must be >= 1")
+        if protocol not in SERVER_MODULES:
+            raise ValueError(f"protocol={protocol!r} is not one of {list(SERVER_MODULES)}")
+        if env_kwargs and protocol != "openenv":
+            raise ValueError("env_kwargs are for protocol='openenv' (arborl's own protocol "
+                             "takes them per session, in POST /sessions)")  # fmt: skip
+        self.protocol, self.env_kwargs = protocol, dict(env_kwargs or {})
         self.env_id, self.host, self.python, self.spec = env_id, host, python, spec
         self.token = token or os.environ.get(TOKEN_ENV_VAR) or secrets.token_urlsafe(24)
         self.token_generated = not (token or os.environ.get(TOKEN_ENV_VAR))
@@ -144,11 +161,13 @@ class ReplicaSet:
         return [self._url(r) for r in self.replicas]
 
     def _spawn(self, r: Replica) -> None:
-        cmd = [self.python or sys.executable, "-m", "arborl.envs.remote.http_server",
+        cmd = [self.python or sys.executable, "-m", SERVER_MODULES[self.protocol],
                self.env_id, "--host", self.host, "--port", str(r.port),
                "--idle-timeout-s", str(self.idle_timeout_s), "--max-sessions",
                str(self.max_sessions), "--call-timeout-s", str(self.call_timeout_s),
                "--exit-with-parent"]  # fmt: skip
+        if self.protocol == "openenv":
+            cmd += ["--env-kwargs", json.dumps(self.env_kwargs)]
         env = worker_env(self.python, self.spec, "")
         env[TOKEN_ENV_VAR], env[SECRET_ENV_VAR] = self.token, self._secret
         with r.log_path.open("ab") as log:
