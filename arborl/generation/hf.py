@@ -225,7 +225,7 @@ class HFBackend:
             isinstance(x, _BufferLayer) for x in probe.layers
         )
         self._remember_prompts = self._remember_prompts and bool(probe.layers)
-        self._encoded: dict[tuple[int, ...], tuple[list, torch.Tensor]] = {}
+        self._encoded: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._encoded_key: tuple = ()
         self._encoded_bytes = 0
 
@@ -357,12 +357,14 @@ class HFBackend:
         ).logits[:, -1]  # (U, V)
         for r, p in enumerate(prompts):
             n = len(p)
-            kv = [
-                (x.keys[r, :, width - n :].clone(), x.values[r, :, width - n :].clone())
-                for x in cache.layers
-            ]
+            kv = torch.stack(
+                [
+                    torch.stack([x.keys[r, :, width - n :], x.values[r, :, width - n :]])
+                    for x in cache.layers
+                ]
+            )  # (layers, 2, H, n, D)
             self._encoded[p] = (kv, logits[r].clone())
-            self._encoded_bytes += sum(k.nbytes + v.nbytes for k, v in kv)
+            self._encoded_bytes += kv.nbytes
 
     def _prefill_remembered(self, prompts: list[list[int]], width: int, capacity: int):
         """`_prefill` from remembered prompt encodings: within an RL step the weights stay
@@ -375,15 +377,17 @@ class HFBackend:
         missing = [p for p in dict.fromkeys(rows) if p not in self._encoded]
         if missing:
             self._encode_prompts(missing)
+        distinct = list(dict.fromkeys(rows))
+        kv0 = self._encoded[distinct[0]][0]
+        # (U, layers, 2, H, T, D): the distinct prompts left-padded to the batch's width
+        padded = kv0.new_zeros((len(distinct), *kv0.shape[:3], width, kv0.shape[-1]))
+        for u, p in enumerate(distinct):
+            padded[u, ..., width - len(p) :, :] = self._encoded[p][0]
+        where = {p: u for u, p in enumerate(distinct)}
+        kv = padded[torch.tensor([where[p] for p in rows], device=self.device)]  # (B, ...)
         cache = _make_cache(self.model, capacity)
         for layer_idx, layer in enumerate(cache.layers):
-            k0, v0 = self._encoded[rows[0]][0][layer_idx]
-            keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[-1]))  # (B, H, T, D)
-            values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[-1]))
-            for b, p in enumerate(rows):
-                k, v = self._encoded[p][0][layer_idx]
-                keys[b, :, width - len(p) :], values[b, :, width - len(p) :] = k, v
-            layer.fill(keys, values)
+            layer.fill(kv[:, layer_idx, 0], kv[:, layer_idx, 1])
         mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
         for b, p in enumerate(rows):
             mask[b, width - len(p) :] = 1
