@@ -331,6 +331,12 @@ class HFBackend:
             for row in rows
         ]
 
+    def forget_prompts(self) -> None:
+        """Drop the remembered prompt encodings. Callers that want a rollout's numbers to
+        depend on its own calls only (a resumed run replays bit for bit) call this first:
+        an encoding made inside another batch can differ in float rounding."""
+        self._encoded, self._encoded_key, self._encoded_bytes = {}, (), 0
+
     def _weights_key(self) -> tuple:
         """Changes whenever a parameter is written in place (an optimizer step, a
         `load_state_dict`) or replaced: remembered prompt encodings are then stale."""
