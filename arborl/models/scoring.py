@@ -70,7 +70,10 @@ def response_logits(
     distinct prompt is encoded once, its KV cache is indexed out to the rows that share it
     (indexing is differentiable, so gradients from all rows sum into the prompt) and the
     responses run on top of it: the same numbers as one pass over every row, to float
-    rounding, for fewer prompt tokens.
+    rounding, for fewer prompt tokens. Where the model takes a ready-made 4D mask and the
+    rows' prompts outweigh their responses (short actions after long observations), the
+    rows are packed behind their prompts instead (`packed_response_logits`), which copies
+    no per-row keys and values.
     """
     p, a = prompt_len, response_len
     if a == 0:
@@ -83,7 +86,10 @@ def response_logits(
         ).logits[:, :0]
     ids, mask = input_ids[:, : p + a - 1], attention_mask[:, : p + a - 1]  # (B, P+A-1)
     positions = position_ids_from_mask(mask)
-    if share_prompts and takes_4d_mask(model):
+    # Packing pays where rows' prompts outweigh their responses (the KV path copies every
+    # row's prompt keys and values); with long responses the KV path is faster (measured:
+    # 32 rows of 12 prompt + 32 response tokens, 0.13 s against 0.15 s for the update).
+    if share_prompts and takes_4d_mask(model) and mask[:, :p].sum() >= 2 * mask[:, p:].sum():
         first, inverse = distinct_rows(ids[:, :p], mask[:, :p])
         if 4 * (len(ids) - len(first)) >= len(ids):
             out = packed_response_logits(model, ids, mask, p, a, first, inverse)
