@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import format_table, write_json
+from common import cpu_model, format_table, write_json
 
 TARGET_S = 0.5
 
@@ -56,15 +56,6 @@ def time_once(argv: list[str], env: dict[str, str]) -> float:
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=True)  # fmt: skip
     return time.perf_counter() - t0
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                 if ln.startswith("Model name")), "unknown")  # fmt: skip
 
 
 def main() -> None:

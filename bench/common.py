@@ -18,15 +18,40 @@ from typing import Any
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
+def cpu_facts() -> dict[str, Any]:
+    """The CPU's model name (as `lscpu` prints it) and its AVX-512 / AMX flags, read from
+    /proc/cpuinfo: machines of one kind differ (Xeon with AMX, EPYC without), and bf16
+    matmul speed depends on it. Empty values where /proc/cpuinfo is absent (not Linux)."""
+    model, flags = None, []
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = value.split()
+    wanted = sorted(f for f in flags if f.startswith(("avx512", "amx")))
+    return {
+        "cpu_model": model or platform.processor() or None,
+        "cpu_avx512": any(f.startswith("avx512") for f in flags),
+        "cpu_amx": any(f.startswith("amx") for f in flags),
+        "cpu_flags": wanted,
+    }
+
+
 def machine_info(num_threads: int) -> dict[str, Any]:
-    """Versions, core count, torch threads and the current load average."""
+    """Versions, CPU model and flags, core count, torch threads and the load average."""
     import torch
     import transformers
 
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu_model": cpu_model(),
+        **cpu_facts(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -46,13 +71,7 @@ def machine_info(num_threads: int) -> dict[str, Any]:
 
 def cpu_model() -> str:
     """The CPU's model name, as `lscpu` prints it ("" where /proc/cpuinfo has none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpu_facts()["cpu_model"] or ""
 
 
 def median(values: list[float]) -> float:

@@ -20,7 +20,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -158,15 +157,6 @@ def median_run(runs: list[dict]) -> dict:
     return out
 
 
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                 if ln.startswith("Model name")), "unknown")  # fmt: skip
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[4800, 100000],
@@ -200,7 +190,7 @@ def main() -> None:
              r["planted_leaks"], r["input_leaks_found"], r["leaks_left_across_splits"]]
             for r in results]  # fmt: skip
     print(format_table(headers, rows))
-    machine = {**machine_info(1), "cpu_model": cpu_model(), "loadavg_before": load_before}
+    machine = {**machine_info(1), "loadavg_before": load_before}
     print(f"cpu: {machine['cpu_model']}; load average before {load_before[0]:.2f}, "
           f"after {machine['loadavg'][0]:.2f}; medians of {args.repeats} runs")  # fmt: skip
     for r in results:

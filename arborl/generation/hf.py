@@ -149,6 +149,15 @@ class _BufferLayer(DynamicLayer):
         self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
         return self.keys, self.values
 
+    def fill(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start from ready keys and values (B, H, T, D) of the first T positions."""
+        b, h, t, d = keys.shape
+        self._keys = keys.new_empty((b, h, self.capacity, d))
+        self._values = values.new_empty((b, h, self.capacity, values.shape[-1]))
+        self._keys[:, :, :t], self._values[:, :, :t] = keys, values
+        self.device, self.is_initialized, self.length = keys.device, True, t
+        self.keys, self.values = self._keys[:, :, :t], self._values[:, :, :t]
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
             self._keys, self._values = self._keys[indices], self._values[indices]
@@ -164,6 +173,10 @@ def _make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
         cache.layer_class_to_replicate = lambda: _BufferLayer(capacity)
     cache.layers = [_BufferLayer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
     return cache
+
+
+MAX_ENCODED_BYTES = 256 * 2**20
+"""Remembered prompt keys and values an `HFBackend` keeps before it starts afresh."""
 
 
 @dataclass
@@ -213,6 +226,16 @@ class HFBackend:
         full_only = all(t == "full_attention" for t in types) if types else True
         full_only = full_only and not (types is None and getattr(cfg, "sliding_window", None))
         self._mask_4d = getattr(cfg, "_attn_implementation", None) == "sdpa" and full_only
+        # Prompt encodings are remembered across calls where every layer is a plain
+        # full-attention one (its cache is then just keys and values per position).
+        probe = _make_cache(model, 1)
+        self._remember_prompts = full_only and all(
+            isinstance(x, _BufferLayer) for x in probe.layers
+        )
+        self._remember_prompts = self._remember_prompts and bool(probe.layers)
+        self._encoded: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._encoded_key: tuple = ()
+        self._encoded_bytes = 0
 
     def state_dict(self) -> dict:
         """The backend's random state (draws made for unseeded requests), for checkpoints."""
@@ -320,10 +343,82 @@ class HFBackend:
             for row in rows
         ]
 
+    def forget_prompts(self) -> None:
+        """Drop the remembered prompt encodings. Callers that want a rollout's numbers to
+        depend on its own calls only (a resumed run replays bit for bit) call this first:
+        an encoding made inside another batch can differ in float rounding."""
+        self._encoded, self._encoded_key, self._encoded_bytes = {}, (), 0
+
+    def _weights_key(self) -> tuple:
+        """Changes whenever a parameter is written in place (an optimizer step, a
+        `load_state_dict`) or replaced: remembered prompt encodings are then stale."""
+        return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+
+    def _encode_prompts(self, prompts: list[tuple[int, ...]]) -> None:
+        """Encode `prompts` (left-padded together) and remember each one's keys, values
+        (real positions only) and last logits in `self._encoded`."""
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=position_ids_from_mask(mask),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        ).logits[:, -1]  # (U, V)
+        for r, p in enumerate(prompts):
+            n = len(p)
+            kv = torch.stack(
+                [
+                    torch.stack([x.keys[r, :, width - n :], x.values[r, :, width - n :]])
+                    for x in cache.layers
+                ]
+            )  # (layers, 2, H, n, D)
+            self._encoded[p] = (kv, logits[r].clone())
+            self._encoded_bytes += kv.nbytes
+
+    def _prefill_remembered(self, prompts: list[list[int]], width: int, capacity: int):
+        """`_prefill` from remembered prompt encodings: within an RL step the weights stay
+        put while the same states come back turn after turn, so each distinct prompt is
+        encoded once (per weights) and its keys and values are copied into place."""
+        key = self._weights_key()
+        if key != self._encoded_key or self._encoded_bytes > MAX_ENCODED_BYTES:
+            self._encoded, self._encoded_key, self._encoded_bytes = {}, key, 0
+        rows = [tuple(p) for p in prompts]
+        missing = [p for p in dict.fromkeys(rows) if p not in self._encoded]
+        if missing:
+            self._encode_prompts(missing)
+        distinct = list(dict.fromkeys(rows))
+        kv0 = self._encoded[distinct[0]][0]
+        # (U, layers, 2, H, T, D): the distinct prompts left-padded to the batch's width
+        padded = kv0.new_zeros((len(distinct), *kv0.shape[:3], width, kv0.shape[-1]))
+        for u, p in enumerate(distinct):
+            padded[u, ..., width - len(p) :, :] = self._encoded[p][0]
+        where = {p: u for u, p in enumerate(distinct)}
+        kv = padded[torch.tensor([where[p] for p in rows], device=self.device)]  # (B, ...)
+        cache = _make_cache(self.model, capacity)
+        for layer_idx, layer in enumerate(cache.layers):
+            layer.fill(kv[:, layer_idx, 0], kv[:, layer_idx, 1])
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        for b, p in enumerate(rows):
+            mask[b, width - len(p) :] = 1
+        logits = torch.stack([self._encoded[p][1] for p in rows])  # (B, V)
+        next_pos = torch.tensor([len(p) for p in rows], device=self.device)  # (B,)
+        return cache, logits, mask, next_pos
+
     def _prefill(self, prompts: list[list[int]], width: int, capacity: int):
         """Prefill each distinct prompt once, left-padded to `width`, then index the cache,
         last logits, mask and next positions out to every row: GRPO groups repeat each
         prompt `group_size` times, and a row's numbers do not depend on its batch."""
+        if self._remember_prompts:
+            return self._prefill_remembered(prompts, width, capacity)
         index: dict[tuple[int, ...], int] = {}
         inverse = [index.setdefault(tuple(p), len(index)) for p in prompts]
         ids = torch.full((len(index), width), self.pad_token_id, dtype=torch.long)

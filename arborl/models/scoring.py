@@ -70,7 +70,10 @@ def response_logits(
     distinct prompt is encoded once, its KV cache is indexed out to the rows that share it
     (indexing is differentiable, so gradients from all rows sum into the prompt) and the
     responses run on top of it: the same numbers as one pass over every row, to float
-    rounding, for fewer prompt tokens.
+    rounding, for fewer prompt tokens. Where the model takes a ready-made 4D mask and the
+    rows' prompts outweigh their responses (short actions after long observations), the
+    rows are packed behind their prompts instead (`packed_response_logits`), which copies
+    no per-row keys and values.
     """
     p, a = prompt_len, response_len
     if a == 0:
@@ -83,6 +86,15 @@ def response_logits(
         ).logits[:, :0]
     ids, mask = input_ids[:, : p + a - 1], attention_mask[:, : p + a - 1]  # (B, P+A-1)
     positions = position_ids_from_mask(mask)
+    # Packing pays where rows' prompts outweigh their responses (the KV path copies every
+    # row's prompt keys and values); with long responses the KV path is faster (measured:
+    # 32 rows of 12 prompt + 32 response tokens, 0.13 s against 0.15 s for the update).
+    if share_prompts and takes_4d_mask(model) and mask[:, :p].sum() >= 2 * mask[:, p:].sum():
+        first, inverse = distinct_rows(ids[:, :p], mask[:, :p])
+        if 4 * (len(ids) - len(first)) >= len(ids):
+            out = packed_response_logits(model, ids, mask, p, a, first, inverse)
+            if out is not None:
+                return out
     if share_prompts and a > 1 and not _checkpointing(model):
         first, inverse = distinct_rows(ids[:, :p], mask[:, :p])
         if 4 * (len(ids) - len(first)) >= len(ids):
@@ -110,6 +122,115 @@ def response_logits(
         input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
         logits_to_keep=a,
     ).logits  # fmt: skip
+
+
+def takes_4d_mask(model: torch.nn.Module) -> bool:
+    """Does `model` run sdpa attention with full attention in every layer, so that a
+    ready-made (B, 1, T, T) boolean mask is used as given?"""
+    cfg = model.config
+    types = getattr(cfg, "layer_types", None)
+    full_only = all(t == "full_attention" for t in types) if types else True
+    full_only = full_only and not (types is None and getattr(cfg, "sliding_window", None))
+    return getattr(cfg, "_attn_implementation", None) == "sdpa" and full_only
+
+
+MAX_PACKED_TOKENS = 512
+"""Widest packed sequence of `packed_response_logits` (its mask is T x T)."""
+MAX_PACKED_LOGITS = 2**26
+"""Most logits (sequences x width x vocab) a packed forward may hold; beyond,
+`response_logits` indexes a KV cache out to the rows instead."""
+
+
+def _pack(prompt_lens: list[int], fed: list[int], rows_of: list[list[int]], width: int):
+    """Pieces of at most `width` tokens, each a prompt and the fed tokens of some of its
+    rows (a prompt whose rows do not fit one piece is repeated in the next), placed
+    next-fit into sequences of `width`: [[(prompt, start, [(row, start), ...]), ...], ...]
+    (starts are columns of the sequence)."""
+    pieces: list[tuple[int, int, list[tuple[int, int]]]] = []  # (prompt, length, rows)
+    for u, rows in enumerate(rows_of):
+        length = width + 1
+        for r in rows:
+            if length + fed[r] > width:
+                pieces.append((u, prompt_lens[u], []))
+                length = prompt_lens[u]
+            pieces[-1][2].append((r, length))
+            length += fed[r]
+            pieces[-1] = (u, length, pieces[-1][2])
+    seqs: list[list] = []
+    used = width + 1
+    for u, length, rows in pieces:
+        if used + length > width:
+            seqs.append([])
+            used = 0
+        seqs[-1].append((u, used, [(r, used + c) for r, c in rows]))
+        used += length
+    return seqs
+
+
+def packed_response_logits(model, ids, mask, p, a, first, inverse) -> torch.Tensor | None:
+    """`response_logits` with every distinct prompt encoded once, in one forward, or None
+    when the packed logits would exceed MAX_PACKED_LOGITS.
+
+    Each distinct prompt (its real tokens only) is followed by the fed response tokens (all
+    but the last) of the rows that share it, and such pieces are packed side by side into
+    sequences; a block mask lets each response see its prompt and its own earlier tokens
+    only, at the positions it has in its own row, so the numbers are those of one pass per
+    row, to float rounding. Unlike indexing a KV cache out to every row, no per-row copy of
+    the prompt's keys and values is made (on models this small that copy, not the matmuls,
+    is what costs). ids, mask: (B, P + A - 1); first (U,), inverse (B,) from
+    `distinct_rows` of the prompt columns."""
+    prompt_lens = mask[first, :p].sum(-1).tolist()  # (U,) real prompt tokens
+    fed = mask[:, p:].sum(-1).tolist()  # (B,) response tokens fed per row (a - 1 at most)
+    rows_of: list[list[int]] = [[] for _ in prompt_lens]
+    for r, u in enumerate(inverse.tolist()):
+        rows_of[u].append(r)
+    base = max(prompt_lens) + max(fed)
+    widths = sorted({max(base, min(int(base * m), MAX_PACKED_TOKENS)) for m in (1, 1.5, 2, 3)})
+    width, seqs = min(
+        ((w, _pack(prompt_lens, fed, rows_of, w)) for w in widths),
+        key=lambda ws: len(ws[1]) * ws[0],
+    )
+    if len(seqs) * width * model.config.vocab_size > MAX_PACKED_LOGITS:
+        return None
+    num = len(seqs)
+    packed = torch.zeros((num, width), dtype=ids.dtype)
+    pos = torch.zeros((num, width), dtype=torch.long)
+    piece = torch.full((num, width), -1, dtype=torch.long)  # -1 padding, else piece id
+    owner = torch.full((num, width), -1, dtype=torch.long)  # -1 prompt, else its row
+    src_row, src_col, dst_seq, dst_col = [], [], [], []  # fed tokens: (row, col) -> (seq, col)
+    logit_at = torch.zeros((len(ids), a, 2), dtype=torch.long)  # (seq, col) of each logit
+    k = 0
+    for s, seq in enumerate(seqs):
+        for u, start, members in seq:
+            n = prompt_lens[u]
+            packed[s, start : start + n] = ids[int(first[u]), p - n : p]
+            pos[s, start : start + n] = torch.arange(n)
+            end = members[-1][1] + fed[members[-1][0]]
+            piece[s, start:end] = k
+            k += 1
+            for r, col in members:
+                f = fed[r]
+                src_row += [r] * f
+                src_col += range(p, p + f)
+                dst_seq += [s] * f
+                dst_col += range(col, col + f)
+                owner[s, col : col + f] = r
+                pos[s, col : col + f] = torch.arange(n, n + f)
+                logit_at[r, :, 0] = s
+                logit_at[r, 0, 1] = start + n - 1
+                logit_at[r, 1 : 1 + f, 1] = torch.arange(col, col + f)
+    if src_row:
+        packed[dst_seq, dst_col] = ids[src_row, src_col]
+    col = torch.arange(width)
+    causal = col[:, None] >= col[None, :]  # (T, T) query >= key
+    qp, kp = piece[:, :, None], piece[:, None, :]  # (S, T, 1), (S, 1, T)
+    qo, ko = owner[:, :, None], owner[:, None, :]
+    attn = causal & (qp == kp) & (kp >= 0) & ((ko == -1) | (ko == qo))  # (S, T, T)
+    attn |= torch.eye(width, dtype=torch.bool)  # a padding query sees itself: no NaN
+    logits = model(
+        input_ids=packed, attention_mask=attn[:, None], position_ids=pos, use_cache=False
+    ).logits  # (S, T, V)
+    return logits[logit_at[..., 0], logit_at[..., 1]]  # (B, A, V)
 
 
 def token_logprobs(

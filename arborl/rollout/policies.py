@@ -32,6 +32,9 @@ from arborl.generation.base import MAX_SEED, GenerationBackend, SamplingParams, 
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState
 
+PROMPT_CACHE_SIZE = 4096
+"""Rendered prompts an `LMPolicy` keeps (cleared when full)."""
+
 
 @dataclass
 class Decision:
@@ -129,6 +132,7 @@ class LMPolicy:
         self.num_rollouts = 0
         self.prompts_per_call: list[int] = []
         self.prompt_truncations = 0
+        self._prompt_cache: dict[tuple, tuple[int, ...]] = {}
 
     # --- prompts ------------------------------------------------------------------------
     def _instruction(self, ep: EpisodeState) -> str:
@@ -159,9 +163,7 @@ class LMPolicy:
             if len(ep.seq_ids) > self.max_prompt_tokens:
                 return None, False
             return list(ep.seq_ids), False
-        ids = build_prompt(
-            self.tokenizer, ep.observation, ep.memory, self._instruction(ep), self.agent_cfg
-        )
+        ids = self._build_prompt(ep)
         cut = len(ids) > self.max_prompt_tokens
         if cut:
             ids = ids[-self.max_prompt_tokens :]
@@ -170,6 +172,22 @@ class LMPolicy:
             ep.seq_ids, ep.seq_generated = list(ids), [False] * len(ids)
             ep.seq_logp, ep.seq_turn = [0.0] * len(ids), [0] * len(ids)
         return ids, cut
+
+    def _build_prompt(self, ep: EpisodeState) -> list[int]:
+        """`build_prompt`, remembered by what it reads (observation, memory view,
+        instruction): episodes of a group meet the same states, and the chat template and
+        tokenizer cost more than the lookup."""
+        view = ep.memory.view()
+        instruction = self._instruction(ep)
+        key = (ep.observation, tuple(view.turns), view.note, instruction)
+        ids = self._prompt_cache.get(key)
+        if ids is None:
+            if len(self._prompt_cache) >= PROMPT_CACHE_SIZE:
+                self._prompt_cache.clear()
+            ids = self._prompt_cache[key] = tuple(
+                build_prompt(self.tokenizer, ep.observation, ep.memory, instruction, self.agent_cfg)
+            )
+        return list(ids)
 
     # --- acting -------------------------------------------------------------------------
     def begin_rollout(self, episodes: Sequence[EpisodeState]) -> None:

@@ -150,6 +150,7 @@ class LocalEngine:
     def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
         c = self.cfg
         self.model.eval()
+        self.backend.forget_prompts()  # this step's numbers depend on this step's calls only
         res = rollout_step(
             self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c, c.env.train_split
         )
@@ -185,6 +186,7 @@ class LocalEngine:
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         c = self.cfg
         self.model.eval()
+        self.backend.forget_prompts()
         return evaluate_policy(
             self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
             num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,

@@ -59,3 +59,37 @@ def test_train_step_bench_writes_its_json(tmp_path):
     # Both sides generate exactly 32 new tokens per sample.
     assert model["arborl"]["mean_new_tokens"] == 32
     assert model["trl"]["mean_new_tokens"] == 32
+
+
+def _run_plain(name: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / name), *args],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_rl_step_bench_writes_its_breakdown(tmp_path):
+    out = tmp_path / "rl_step.json"
+    overrides = ["rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=2"]
+    stdout = _run_plain(
+        "rl_step.py", "--threads", "1", "--steps", "1", "--warmup", "0", "--sft-steps", "0",
+        "--out", str(out), *overrides,
+    )  # fmt: skip
+    assert "| part |" in stdout
+    doc = json.loads(out.read_text())
+    med = doc["medians"]["1"]
+    assert med["total"] > 0 and med["cpu/total"] > 0 and med["rollout/generate"] > 0
+    assert med["update"] >= 0 and doc["machine"]["cpu_model"]
+    assert isinstance(doc["machine"]["cpu_amx"], bool)
+
+
+@pytest.mark.slow
+def test_sft_step_bench_writes_both_sides(tmp_path):
+    out = tmp_path / "sft_step.json"
+    stdout = _run_plain("sft_step.py", "--steps", "1", "--warmup", "0", "--out", str(out))
+    assert "| side |" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["median_s"]["arborl"] > 0 and doc["median_s"]["minimal"] > 0 and doc["ratio"] > 0

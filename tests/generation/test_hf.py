@@ -218,3 +218,47 @@ def test_banned_first_tokens_bar_only_the_first_token(policy, backend):
         backend.generate([prompt], SamplingParams(banned_first_tokens=[-1]))
     with pytest.raises(ValueError, match="not supported by the vLLM backend"):
         refuse_banned_first_tokens(SamplingParams(banned_first_tokens=[1]), "vLLM")
+
+
+def test_prompt_encodings_are_remembered_until_the_weights_change(monkeypatch):
+    """A second call with prompts seen before prefills nothing and gives what a fresh
+    backend gives; after an in-place weight update (an optimizer step) the prompts are
+    encoded again, with the new weights."""
+    model, tok = load_policy("tiny-0.1m", seed=0)
+    model.eval()
+    backend = HFBackend(model, tok)
+    prompts = _prompts(tok)
+    greedy = SamplingParams(max_new_tokens=6, temperature=0)
+    prefill_rows = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefill_rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    first = backend.generate(prompts, greedy)
+    again = backend.generate(prompts[:2] + prompts, greedy)
+    assert prefill_rows == [3]  # the second call encoded nothing
+    for a, b in zip(first, again[2:]):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    fresh = HFBackend(model, tok).generate(prompts, greedy)
+    assert prefill_rows == [3, 3]
+    for a, b in zip(first, fresh):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)  # in place, as an optimizer step writes
+    changed = backend.generate(prompts, greedy)
+    assert prefill_rows == [3, 3, 3]
+    expected = HFBackend(model, tok).generate(prompts, greedy)
+    for a, b in zip(changed, expected):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
+    assert any(a.logprobs != c.logprobs for a, c in zip(first, changed))

@@ -82,3 +82,45 @@ def test_response_logits_one_token_and_empty_responses(policy):
         ref = _full_logits(model, ids, mask, 4, 1)
         torch.testing.assert_close(response_logits(model, ids[:, :5], mask[:, :5], 4, 1), ref)
         assert response_logits(model, ids[:, :4], mask[:, :4], 4, 0).shape[:2] == (4, 0)
+
+
+@pytest.mark.parametrize("max_tokens", [512, 8])
+def test_packed_prompts_equal_the_full_forward_with_gradients(policy, monkeypatch, max_tokens):
+    """Many rows over few prompts (a GRPO step): each prompt is encoded once, its rows'
+    responses packed behind it; at max_tokens=8 a prompt's rows spill into several pieces
+    (the prompt repeated) and pieces share sequences. Logits and gradients are those of
+    one full pass over every row."""
+    import arborl.models.scoring as scoring
+
+    monkeypatch.setattr(scoring, "MAX_PACKED_TOKENS", max_tokens)
+    model, tok = policy
+    model.train()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    ids = torch.full((12, 8), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((12, 8), dtype=torch.long)
+    for r in range(12):
+        p = prompts[r % 3]
+        a = torch.randint(20, 40, (1 + r % 4,), generator=gen).tolist()  # 1-4 tokens
+        ids[r, 4 - len(p) : 4 + len(a)] = torch.tensor(p + a)
+        mask[r, 4 - len(p) : 4 + len(a)] = 1
+    first, inverse = distinct_rows(ids[:, :4], mask[:, :4])
+    assert len(first) == 3
+    resp = mask[:, 4:].float()
+    weights = torch.randn(12, 4, model.config.vocab_size, generator=gen)
+
+    def loss_and_grads(logits):
+        model.zero_grad()
+        (logits * weights * resp[..., None]).sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    ref, ref_grads = loss_and_grads(_full_logits(model, ids, mask, 4, 4))
+    packed = scoring.packed_response_logits(model, ids[:, :7], mask[:, :7], 4, 4, first, inverse)
+    got, got_grads = loss_and_grads(packed)
+    torch.testing.assert_close(got * resp[..., None], ref * resp[..., None], atol=1e-5, rtol=1e-5)
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    # response_logits takes this path for such a batch (9 of 12 rows repeat a prompt)
+    torch.testing.assert_close(
+        response_logits(model, ids, mask, 4, 4) * resp[..., None], got * resp[..., None]
+    )

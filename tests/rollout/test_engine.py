@@ -148,3 +148,27 @@ def test_config_errors_name_the_field(policy, backend):
         )
     with pytest.raises(ValueError, match="num_tasks x group_size"):
         run_rollout(backend, policy[1], EnvPool(MAZE, 3), [0, 1], RolloutConfig(), AGENT)
+
+
+def test_prompts_are_rendered_once_per_state(policy, backend, monkeypatch):
+    """Episodes of a group start in the same state: the chat template renders that prompt
+    once per rollout, and every episode gets the ids `build_prompt` gives."""
+    import arborl.rollout.policies as policies
+    from arborl.agent import build_prompt, make_memory
+
+    _, tok = policy
+    calls = []
+    real = policies.build_prompt
+
+    def spy(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policies, "build_prompt", spy)
+    cfg = RolloutConfig(num_tasks=2, group_size=4, max_turns=1, max_new_tokens=2, seed=0)
+    res = run_rollout(backend, tok, MAZE, None, cfg, AGENT)
+    assert len(calls) == 2  # 8 episodes, 2 tasks, one turn each
+    for ep in res.episodes:
+        first = ep.turns[0]
+        expected = build_prompt(tok, first.observation, make_memory(AGENT), "", AGENT)
+        assert first.prompt_ids == expected

@@ -12,7 +12,7 @@ from arborl.generation.hf import HFBackend
 from arborl.models import load_policy
 from arborl.rollout import RolloutConfig, run_rollout
 from arborl.train.config import AlgoConfig
-from arborl.train.update import micro_batches, ppo_update, response_logp
+from arborl.train.update import group_prompts, micro_batches, ppo_update, response_logp
 
 
 def _toy_batch(prompts, responses):
@@ -136,3 +136,38 @@ def test_diagnostics_are_logged_and_entropy_stays_out_of_the_loss(rollout, monke
     monkeypatch.undo()
     bonus, _ = _one_step(model, batch, replace(algo, entropy_coef=0.1))
     assert any(not torch.equal(p, q) for p, q in zip(after.parameters(), bonus.parameters()))
+
+
+def test_group_prompts_and_their_micro_batch_cost():
+    b = _toy_batch([5, 5, 5, 5, 5, 5], [2, 2, 2, 2, 2, 2])
+    ids = b.tensors["input_ids"].clone()
+    ids[:, :5] = torch.tensor([[1], [2], [1], [3], [2], [1]])  # prompts a b a c b a
+    b["input_ids"] = ids
+    grouped, groups = group_prompts(b)
+    # first-occurrence order, stable within a prompt: a a a b b c
+    assert grouped.tensors["row"].tolist() == [0, 2, 5, 1, 4, 3]
+    assert groups == [0, 0, 0, 1, 1, 2]
+    # 6 rows over 3 prompts: 3 x 5 prompt + 6 x 2 response = 27 tokens, not 6 x 7 = 42
+    assert [len(mb) for mb in micro_batches(grouped, 27, groups)] == [6]
+    assert [len(mb) for mb in micro_batches(grouped, 27)] == [3, 3]
+
+
+def test_grouped_update_equals_the_plain_one(rollout, monkeypatch):
+    """Rows regrouped by prompt (and encoded once per prompt) give the same step as the
+    rows in schedule order, each scored on its own: loss, gradient norm and weights agree
+    to float rounding."""
+    import arborl.models.scoring as scoring
+    import arborl.train.update as update
+
+    model, batch = rollout
+    batch = batch.repeat(3, interleave=False)  # every prompt repeats (a GRPO group)
+    algo = replace(AlgoConfig(), minibatch_size=len(batch), grad_clip=0.0)
+    grouped, up_grouped = _one_step(model, batch, algo)
+    monkeypatch.setattr(update, "_actor_micro_batches", update._micro_batches)
+    monkeypatch.setattr(scoring, "takes_4d_mask", lambda model: False)
+    plain = replace(algo, micro_batch_tokens=1)  # one row per forward: nothing shared
+    ref, up_ref = _one_step(model, batch, plain)
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+        assert up_grouped.stats[key] == pytest.approx(up_ref.stats[key], rel=1e-5, abs=1e-7)
+    for (name, p), q in zip(grouped.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
