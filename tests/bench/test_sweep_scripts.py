@@ -51,3 +51,29 @@ def test_scripts_answer_help(script):
     )
     assert proc.returncode == 0, proc.stderr
     assert "--work-dir" in proc.stdout and "--out" in proc.stdout
+
+
+def test_collect_tabulates_a_run_folder_from_what_it_wrote(tmp_path, capsys):
+    from arborl.train.rl import RLTrainer
+
+    sweep = _load("demo_sweep")
+    RLTrainer(load_train_config([
+        "model.name_or_path=tiny-0.1m", "sft.steps=3", "sft.num_demos=2", "rollout.num_tasks=2",
+        "rollout.group_size=2", "rollout.max_turns=3", "eval.num_episodes=3", "eval.every=1",
+        "eval.every_episodes=2", "trainer.total_steps=2", "trainer.progress=false",
+        "trainer.plots=false", "trainer.report=false", "trainer.loggers=[]",
+        f"trainer.output_dir={tmp_path}", "trainer.name=toy", "algo=gigpo",
+        "algo.drop_zero_adv=false",
+    ])).fit()  # fmt: skip
+    out = tmp_path / "collect.json"
+    sweep.main(["--collect", str(tmp_path / "toy"), "--out", str(out)])
+    (row,) = __import__("json").loads(out.read_text())["runs"]
+    # the settings that change learning are listed; output/bookkeeping ones are not
+    assert "algo.name=gigpo" in row["differences"] and "sft.steps=3" in row["differences"]
+    assert not any(d.startswith(("trainer.", "eval.every")) for d in row["differences"])
+    assert row["rl_steps"] == 2 and row["finished"]
+    # before RL, after step 1 (periodic, 2 episodes) and the final evaluation (3 episodes)
+    assert [e["step"] for e in row["evals"]] == [0, 1, 2]
+    assert all(0.0 <= e["lo"] <= e["success"] <= e["hi"] <= 1.0 for e in row["evals"])
+    assert row["entropy_first5"] is not None and row["entropy_first5"] > 0
+    assert "algo.name=gigpo" in capsys.readouterr().out
