@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     # 0: foundations, importing only the standard library (and PyYAML for config).
     "arborl": 0,  # arborl/__init__.py runs on every `import arborl.x`: it must stay empty
     "arborl.registry": 0,  # the one registry helper, stdlib only
+    "arborl.lazy": 0,  # PEP 562 lazy package exports, stdlib only
     "arborl.config": 0,  # typed dataclass configs + YAML: a leaf any component's config may use
     # 1: the bottom packages of ARCHITECTURE.md.
     "arborl.algos": 1,

@@ -354,16 +354,20 @@ class HFBackend:
         `load_state_dict`) or replaced: remembered prompt encodings are then stale."""
         return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
 
-    def _encode_prompts(self, prompts: list[tuple[int, ...]]) -> None:
-        """Encode `prompts` (left-padded together) and remember each one's keys, values
-        (real positions only) and last logits in `self._encoded`."""
-        width = max(map(len, prompts))
+    def _left_padded(self, prompts: list, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, attention mask) of `prompts` left-padded to `width`, on the model's device."""
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for r, p in enumerate(prompts):
             ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[r, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        return ids.to(self.device), mask.to(self.device)
+
+    def _encode_prompts(self, prompts: list[tuple[int, ...]]) -> None:
+        """Encode `prompts` (left-padded together) and remember each one's keys, values
+        (real positions only) and last logits in `self._encoded`."""
+        width = max(map(len, prompts))
+        ids, mask = self._left_padded(prompts, width)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
             input_ids=ids,
@@ -421,12 +425,7 @@ class HFBackend:
             return self._prefill_remembered(prompts, width, capacity)
         index: dict[tuple[int, ...], int] = {}
         inverse = [index.setdefault(tuple(p), len(index)) for p in prompts]
-        ids = torch.full((len(index), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(index), width), dtype=torch.long)
-        for r, p in enumerate(index):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = self._left_padded(list(index), width)
         positions = position_ids_from_mask(mask)  # (U, T)
         cache = _make_cache(self.model, capacity)
         logits = self.model(

@@ -4,7 +4,7 @@ Names load on first use (PEP 562): `from arborl.rollout import RolloutConfig` mu
 import torch and transformers, so that `arborl --help` and config loading stay fast.
 """
 
-import importlib
+from arborl.lazy import lazy_exports
 
 _EXPORTS = {
     "arborl.rollout.batching": ("build_batch", "build_episode_batch", "build_step_batch"),
@@ -28,19 +28,4 @@ _EXPORTS = {
         "make_policy",
     ),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'arborl.rollout' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

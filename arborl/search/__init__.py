@@ -16,8 +16,9 @@ the envs, Gymnasium and numpy) to do it.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from arborl.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from arborl.search.base import Budget, SearchResult
@@ -57,7 +58,6 @@ _EXPORTS = {
     ),
     "arborl.search.registry": ("ALGORITHMS", "make_search", "register_search", "search_params"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
 def run(
@@ -74,17 +74,4 @@ def run(
     return make_search(algo, **params).run(problem, budget or Budget(), seed)
 
 
-__all__ = sorted([*_MODULE_OF, "run"])
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'arborl.search' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS, own=("run",))

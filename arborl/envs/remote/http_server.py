@@ -66,22 +66,11 @@ def render_error(status: int, kind: str, detail: str) -> dict:
     return {"error": kind, "detail": detail}
 
 
-def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
-               call_timeout_s: float = 60.0, limits: Limits = DEFAULT_LIMITS,
-               max_batch_calls: int = MAX_BATCH_CALLS) -> Any:  # fmt: skip
-    """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
-
-    A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
-    from then on `/health` answers 503 `stuck`, so the supervisor restarts the replica.
-    """
+def host_lifespan(host, idle_timeout_s: float):
+    """A FastAPI lifespan for an `EnvHost` server (REST and OpenEnv): a thread that ends
+    sessions idle for `idle_timeout_s` while the app runs, and every session closed when
+    it stops."""
     from contextlib import asynccontextmanager
-
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-    from starlette.concurrency import run_in_threadpool
-
-    if not token:
-        raise ValueError("the env server needs a token; give --token or $ARBORL_TOKEN")
 
     @asynccontextmanager
     async def lifespan(app):
@@ -97,7 +86,27 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
         stop.set()
         host.close_all()
 
-    app = FastAPI(title=f"arborl env server: {host.env_id}", lifespan=lifespan)
+    return lifespan
+
+
+def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
+               call_timeout_s: float = 60.0, limits: Limits = DEFAULT_LIMITS,
+               max_batch_calls: int = MAX_BATCH_CALLS) -> Any:  # fmt: skip
+    """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
+
+    A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
+    from then on `/health` answers 503 `stuck`, so the supervisor restarts the replica.
+    """
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    if not token:
+        raise ValueError("the env server needs a token; give --token or $ARBORL_TOKEN")
+
+    app = FastAPI(
+        title=f"arborl env server: {host.env_id}", lifespan=host_lifespan(host, idle_timeout_s)
+    )
     install_handlers(app, render_error)
     hint = f" (the server's --token / ${TOKEN_ENV_VAR})"
     app.add_middleware(Guard, token=token, render=render_error, limits=limits, hint=hint)

@@ -40,7 +40,6 @@ import json
 import os
 import secrets
 import sys
-import threading
 import uuid
 from typing import Any
 
@@ -222,33 +221,19 @@ def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
                idle_timeout_s: float = 600.0, call_timeout_s: float = 60.0,
                limits: Limits = DEFAULT_LIMITS) -> Any:  # fmt: skip
     """The ASGI app: OpenEnv's routes over `host`, behind the token (header or path)."""
-    from contextlib import asynccontextmanager
-
     from fastapi import FastAPI, Request, WebSocket
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
-    from arborl.envs.remote.http_server import TOKEN_ENV_VAR
+    from arborl.envs.remote.http_server import TOKEN_ENV_VAR, host_lifespan
 
     if not token:
         raise ValueError("the OpenEnv server needs a token; give --token or $ARBORL_TOKEN")
     env_kwargs = dict(env_kwargs or {})
 
-    @asynccontextmanager
-    async def lifespan(app):
-        stop = threading.Event()
-        period = max(0.05, min(5.0, idle_timeout_s / 4))
-
-        def sweep() -> None:
-            while not stop.wait(period):
-                host.sweep_idle(idle_timeout_s)
-
-        threading.Thread(target=sweep, daemon=True, name="idle-sweeper").start()
-        yield
-        stop.set()
-        host.close_all()
-
-    app = FastAPI(title=f"arborl OpenEnv server: {host.env_id}", lifespan=lifespan)
+    app = FastAPI(
+        title=f"arborl OpenEnv server: {host.env_id}", lifespan=host_lifespan(host, idle_timeout_s)
+    )
     hint = f" (the server's --token / ${TOKEN_ENV_VAR}; or the base URL http://HOST:PORT/<token>)"
     app.add_middleware(Guard, token=token, render=render_error, limits=limits, hint=hint)
 
