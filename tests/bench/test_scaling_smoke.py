@@ -78,3 +78,25 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
         assert r["rollout_s"] + r["update_s"] <= r["step_s"] + 1e-6
     assert math.isfinite(doc["slopes"]["episodes"]["step_s"])
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_gpu_estimate_uses_the_measured_fsdp_bytes_and_shards_state_over_gpus():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_gpu_est", BENCH / "gpu_estimate.py")
+        est_mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(est_mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    bpp = est_mod.fsdp_bytes_per_param(BENCH / "results" / "distributed.json")
+    # fp32 params + fp32 grads + AdamW's two fp32 moments, as bench/distributed.py measured
+    assert bpp == pytest.approx({"params": 4.0, "grads": 4.0, "optim": 8.0})
+    est = est_mod.estimate([1, 2, 8], 16384, 32, bpp, None)
+    w = est_mod.WORKLOAD
+    tokens = w["episodes"] * w["turns"] * (w["prompt_tokens"] + w["response_tokens"])
+    assert est["tokens_per_step"] == tokens
+    one, two, eight = est["rows"]
+    assert one["sharded_state_gib"] == pytest.approx(1.54e9 * 16 / 2**30)
+    assert two["sharded_state_gib"] == pytest.approx(one["sharded_state_gib"] / 2)
+    assert eight["update_s"] == pytest.approx(one["update_s"] / 8)
+    assert one["activations_gib"] == eight["activations_gib"] > 0  # per micro-batch, not sharded
