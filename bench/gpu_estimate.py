@@ -4,8 +4,8 @@ the growth measured by `bench/scaling.py`. Nothing here runs on a GPU.
 
 Memory per train rank = sharded state (parameters, gradients, AdamW states; the bytes per
 parameter are read from `bench/results/distributed.json`, divided by the ranks) + the
-full bf16 parameters and gradients that arborl's FSDP2 update keeps unsharded inside a
-minibatch (docs/distributed.md) + the activations of one micro-batch
+full bf16 parameters and fp32-accumulated gradients that arborl's FSDP2 update keeps
+unsharded inside a minibatch (docs/distributed.md) + the activations of one micro-batch
 (`algo.micro_batch_tokens`). Rollout adds a bf16 copy of the weights and the KV cache of
 the live episodes. Time uses FLOP counts (6 x params x tokens for forward + backward, 2 x
 params x tokens per forward) at an assumed utilisation, plus ALFWorld's measured step cost.
@@ -115,7 +115,9 @@ def estimate(
         "rows": [],
     }
     state = p * sum(bpp.values())
-    unsharded = p * (2 + 2)  # bf16 params (all-gathered) + bf16 grads inside a minibatch
+    # inside a minibatch: all-gathered bf16 params + unsharded grads, which FSDP2 accumulates
+    # in the fp32 reduce dtype while gradient sync is off (arborl syncs once per minibatch)
+    unsharded = p * (2 + 4)
     # logits only on response positions (`logits_to_keep`): a micro-batch's share of them
     resp_share = w["response_tokens"] / tokens_per_row
     act = micro_tokens * (act_tok + resp_share * logits_tok)
