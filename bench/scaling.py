@@ -22,7 +22,7 @@ difference is what the point itself added. The trainer's own breakdown (`time/ro
 log(step time) against log(axis value): ~1 is linear, < 1 sub-linear (fixed costs), > 1
 super-linear.
 
-    python bench/scaling.py            # every axis (~15-25 min on 2 busy cores)
+    python bench/scaling.py            # every axis (~10 min on 2 cores at load 4-5)
     python bench/scaling.py --quick    # toy size, what tests/bench runs
     python bench/scaling.py --axes episodes turns
 """
