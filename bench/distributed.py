@@ -212,7 +212,9 @@ def main() -> None:
     repeats = 1 if args.quick else args.repeats
     extra = ["rollout.num_tasks=4"] if args.quick else []
     cfg = _cfg("tiny-1m", extra)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from arborl.envs.remote.ray_pool import init_local_ray
+
+    init_local_ray(num_cpus=2, log_to_driver=False)
     try:
         t0 = time.perf_counter()
         rollout = bench_rollout(ray, cfg, repeats)

@@ -86,9 +86,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--modes: unknown {unknown}; known: {list(MODES)}")
     if "ray" in modes:
-        import ray
+        from arborl.envs.remote.ray_pool import init_local_ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        init_local_ray(num_cpus=2, log_to_driver=False)
     rng = random.Random(args.seed)
     pools, start_s = {}, {}
     for m in modes:

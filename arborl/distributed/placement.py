@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.distributed.workers import ColocatedRole, RolloutRole, TrainRole
+from arborl.envs.remote.ray_pool import init_local_ray
 from arborl.train.config import TrainConfig
 
 log = logging.getLogger("arborl")
@@ -36,7 +37,7 @@ def init_ray(cfg: TrainConfig) -> bool:
         package = str(Path(arborl.__file__).resolve().parent)
         ray.init(address=t.ray_address, runtime_env={"py_modules": [package]})
         return True
-    ray.init(num_cpus=max(1, int(_cpus_needed(cfg) + 0.999)), include_dashboard=False)
+    init_local_ray(num_cpus=max(1, int(_cpus_needed(cfg) + 0.999)))
     return True
 
 

@@ -11,6 +11,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from arborl.envs.remote.ray_pool import init_local_ray
+
+    init_local_ray(num_cpus=2, log_to_driver=False)  # workers at the test's priority
     yield ray
     ray.shutdown()

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.slow  # a Ray cluster start costs ~15 s on a busy 2-cor
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from arborl.envs.remote.ray_pool import init_local_ray
+
+    init_local_ray(num_cpus=2, log_to_driver=False)  # workers at the test's priority
     yield
     ray.shutdown()
 
@@ -55,3 +57,21 @@ def test_package_env_through_ray_actor(ray_cluster, counter_interp):
         assert pool.num_env_errors == 1
     finally:
         pool.close()
+
+
+def test_local_ray_workers_run_at_the_drivers_priority(ray_cluster):
+    """Ray's default worker niceness (15) starves the workers on any busy machine; the
+    instances arborl starts run them at the driver's niceness."""
+    import os
+
+    @ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    @ray.remote
+    class Actor:
+        def niceness(self) -> int:
+            return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)
+    assert ray.get(Actor.remote().niceness.remote()) == os.nice(0)
