@@ -185,6 +185,21 @@ def load_policy(
     return model, tokenizer
 
 
+@contextlib.contextmanager
+def quiet_saves() -> Iterator[None]:
+    """No Hugging Face "Writing model shards" bar while arborl saves a model (a checkpoint
+    every `trainer.save_every` steps would print one under the run's own bar each time)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def save_policy(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: str | Path
 ) -> Path:
@@ -197,6 +212,7 @@ def save_policy(
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "merge_and_unload"):  # peft.PeftModel
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(directory)
+    with quiet_saves():
+        model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory

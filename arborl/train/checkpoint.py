@@ -182,11 +182,14 @@ def save_checkpoint(
 def save_model_parts(directory: Path, policy, tokenizer, critic=None) -> Path:
     """The checkpoint layout's model folders: `policy/` (HF weights + tokenizer) and
     `critic/` when there is one; returns the policy folder."""
+    from arborl.models.loading import quiet_saves
+
     policy_dir = Path(directory) / "policy"
-    policy.save_pretrained(policy_dir)
+    with quiet_saves():
+        policy.save_pretrained(policy_dir)
+        if critic is not None:
+            critic.save_pretrained(Path(directory) / "critic")
     tokenizer.save_pretrained(policy_dir)
-    if critic is not None:
-        critic.save_pretrained(Path(directory) / "critic")
     return policy_dir
 
 

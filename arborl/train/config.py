@@ -212,7 +212,7 @@ class TrainerConfig:
     """Run name: outputs go to `output_dir/name` (default: a timestamp)."""
     output_dir: str = "runs"
     """Parent folder of run directories."""
-    total_steps: int = field(default=80, metadata={"min": 0})
+    total_steps: int = field(default=160, metadata={"min": 0})
     """RL steps (one rollout batch + its update each)."""
     max_env_steps: int | None = field(default=None, metadata={"min": 1})
     """Stop once this many env steps were collected (for equal-budget comparisons)."""

@@ -14,7 +14,7 @@ import pytest
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 
-STEPS = 40
+STEPS = 80
 
 
 @pytest.mark.slow

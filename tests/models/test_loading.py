@@ -128,3 +128,15 @@ def test_saved_tokenizer_reloads_with_the_same_ids_for_every_preset(tmp_path, pr
     assert again.decode(ids) == text  # spaces and newlines survive
     assert (again.eos_token_id, again.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)
     assert again.chat_template == tok.chat_template
+
+
+def test_saving_prints_no_hf_shard_bar_and_keeps_the_bar_setting(tmp_path, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from arborl.models.loading import save_policy
+
+    model, tok = load_policy("tiny-0.1m")
+    save_policy(model, tok, tmp_path / "p")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # other HF calls keep their bars
+    assert load_policy(str(tmp_path / "p"))[0].num_parameters() == model.num_parameters()
