@@ -92,7 +92,7 @@ def main() -> None:
     path = write_json({"machine": {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                                    "python": sys.version.split()[0],
                                    "loadavg_before": load_before, "loadavg_after": load_after},
-                       "entry_point": base, "repeats": args.repeats, "target_s": TARGET_S,
+                       "entry_point": [Path(a).name for a in base], "repeats": args.repeats, "target_s": TARGET_S,
                        "python_start_s": statistics.median(floor), "results": results},
                       args.out, "cli_help")  # fmt: skip
     print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
