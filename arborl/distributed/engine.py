@@ -91,9 +91,9 @@ def shares(seeds: list[int], num_workers: int) -> list[tuple[int, list[int]]]:
 
 def worker_seed(base: int, worker: int, *salt: int) -> int:
     """Worker 0 keeps the local trainer's seed (1 worker = local sampling); others get
-    independent streams, not base + w (LMPolicy keys each episode's sampling stream by
-    the seed, its rollout count and the episode's index, so nearby seeds would share
-    streams)."""
+    independent streams drawn from (base, worker, salt) rather than base + w, so no
+    worker's seed is another's plus a small count (`LMPolicy._params` offsets its seed by
+    its call count)."""
     if worker == 0:
         return base
     return int(np.random.default_rng([base, worker, *salt]).integers(0, 2**31 - 1))
