@@ -267,18 +267,25 @@ def build_parser(
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def server_token_and_host(args) -> tuple[str, EnvHost]:
+    """The token clients must present (`--token`, `--token-file` or $ARBORL_TOKEN; a
+    generated one is printed when none is given) and the `EnvHost` of `args.env_id`, for
+    the REST and OpenEnv servers. The snapshot key is the server's own secret (from the
+    supervising pool, else random), never the token clients hold."""
     token, _ = resolve_key(args.token, TOKEN_ENV_VAR, args.token_file)
     if not token:
         token = secrets.token_urlsafe(24)
         print(f"no --token or ${TOKEN_ENV_VAR}: generated token {token}", flush=True)
+    spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
+    secret = bytes.fromhex(os.environ.get(SECRET_ENV_VAR, "")) or secrets.token_bytes(32)
+    return token, EnvHost(args.env_id, secret, spec, args.max_sessions, args.max_kwarg_int)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    token, host = server_token_and_host(args)
     import uvicorn
 
-    spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
-    # The snapshot key is the server's own secret, never the token clients hold.
-    secret = bytes.fromhex(os.environ.get(SECRET_ENV_VAR, "")) or secrets.token_bytes(32)
-    host = EnvHost(args.env_id, secret, spec, args.max_sessions, args.max_kwarg_int)
     host.create({})  # build one env now: a broken env fails at start, not on first use
     host.close_all()
     if args.exit_with_parent:

@@ -37,14 +37,12 @@ the client allows it), and there is no per-session id a client could resume afte
 import asyncio
 import hmac
 import json
-import os
-import secrets
 import sys
 import uuid
 from typing import Any
 
 from arborl.envs.remote.host import EnvHost, HostError, jsonable
-from arborl.serving import DEFAULT_LIMITS, Guard, Limits, bearer_ok, json_depth, resolve_key
+from arborl.serving import DEFAULT_LIMITS, Guard, Limits, bearer_ok, json_depth
 
 RESET_KEYS = ("seed", "episode_id", "options", "env_kwargs")
 STEP_KEYS = ("action", "metadata")  # `metadata`: OpenEnv's Action base field, ignored here
@@ -297,10 +295,9 @@ def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     from arborl.envs.remote.http_server import (
-        SECRET_ENV_VAR,
-        TOKEN_ENV_VAR,
         build_parser,
         exit_with_parent,
+        server_token_and_host,
     )
 
     p = build_parser("python -m arborl.envs.remote.openenv_server",
@@ -315,15 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--env-kwargs {args.env_kwargs!r} is not JSON: {e}")
     if not isinstance(env_kwargs, dict):
         p.error(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
-    token, _ = resolve_key(args.token, TOKEN_ENV_VAR, args.token_file)
-    if not token:
-        token = secrets.token_urlsafe(24)
-        print(f"no --token or ${TOKEN_ENV_VAR}: generated token {token}", flush=True)
+    token, host = server_token_and_host(args)
     import uvicorn
 
-    spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
-    secret = bytes.fromhex(os.environ.get(SECRET_ENV_VAR, "")) or secrets.token_bytes(32)
-    host = EnvHost(args.env_id, secret, spec, args.max_sessions, args.max_kwarg_int)
     Connection(host, env_kwargs).close()  # a broken env or bad kwargs fail at start
     if args.exit_with_parent:
         exit_with_parent()
