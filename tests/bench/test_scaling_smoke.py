@@ -1,33 +1,20 @@
 """`bench/scaling.py`: the growth fit is right, every point of the full run is a valid
 config, and a toy run writes the table, the JSON and the plot (timings are not asserted)."""
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from arborl.train.config import load_train_config
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load():
-    sys.path.insert(0, str(BENCH))  # the script imports bench/common.py as `common`
-    try:
-        spec = importlib.util.spec_from_file_location("bench_scaling", BENCH / "scaling.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
+from ._scripts import BENCH, load_script
 
 
 def test_loglog_slope_reads_linear_quadratic_and_flat_growth():
-    scaling = _load()
+    scaling = load_script("scaling")
     xs = [64, 128, 256, 512]
     assert scaling.loglog_slope(xs, [3 * x for x in xs]) == pytest.approx(1.0)
     assert scaling.loglog_slope(xs, [x * x for x in xs]) == pytest.approx(2.0)
@@ -36,7 +23,7 @@ def test_loglog_slope_reads_linear_quadratic_and_flat_growth():
 
 
 def test_every_full_run_point_is_a_valid_config(tmp_path):
-    scaling = _load()
+    scaling = load_script("scaling")
     plan = scaling.axes(quick=False)
     assert [p["num_tasks"] * p["group_size"] for p in plan["episodes"]] == [64, 128, 256, 512, 1024]
     assert [p["max_turns"] for p in plan["turns"]] == [4, 8, 16, 32]
@@ -50,7 +37,7 @@ def test_every_full_run_point_is_a_valid_config(tmp_path):
 
 
 def test_bench_100m_preset_has_about_100m_parameters():
-    scaling = _load()
+    scaling = load_script("scaling")
     b = scaling.BIG_PRESET
     h, f, n = b["hidden"], b["ffn"], b["layers"]
     per_layer = 4 * h * h + 3 * h * f  # q, k, v, o (no GQA) + gate, up, down
@@ -81,13 +68,7 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
 
 
 def test_gpu_estimate_uses_the_measured_fsdp_bytes_and_shards_state_over_gpus():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_gpu_est", BENCH / "gpu_estimate.py")
-        est_mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(est_mod)
-    finally:
-        sys.path.remove(str(BENCH))
+    est_mod = load_script("gpu_estimate")
     bpp = est_mod.fsdp_bytes_per_param(BENCH / "results" / "distributed.json")
     # fp32 params + fp32 grads + AdamW's two fp32 moments, as bench/distributed.py measured
     assert bpp == pytest.approx({"params": 4.0, "grads": 4.0, "optim": 8.0})

@@ -1,32 +1,20 @@
 """`bench/demo_sweep.py` and `bench/determinism.py`: every candidate / variant is a valid
 config (a typo would waste a sweep's hours), and both scripts answer --help."""
 
-import importlib.util
+import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from arborl.config import ConfigError
 from arborl.train.config import load_train_config
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))  # the scripts import bench/common.py as `common`
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
+from ._scripts import BENCH, load_script
 
 
 def test_every_demo_sweep_candidate_is_a_valid_config():
-    sweep = _load("demo_sweep")
+    sweep = load_script("demo_sweep")
     assert sweep.CANDIDATES["default"] == []
     for name, overrides in sweep.CANDIDATES.items():
         cfg = load_train_config(overrides)
@@ -36,7 +24,7 @@ def test_every_demo_sweep_candidate_is_a_valid_config():
 
 
 def test_every_determinism_variant_is_a_valid_config():
-    det = _load("determinism")
+    det = load_script("determinism")
     assert det.VARIANTS["default"] == ({}, []) and det.VARIANTS["repeat"] == ({}, [])
     for env_vars, overrides in det.VARIANTS.values():
         load_train_config(overrides)
@@ -56,7 +44,7 @@ def test_scripts_answer_help(script):
 def test_collect_tabulates_a_run_folder_from_what_it_wrote(tmp_path, capsys):
     from arborl.train.rl import RLTrainer
 
-    sweep = _load("demo_sweep")
+    sweep = load_script("demo_sweep")
     RLTrainer(load_train_config([
         "model.name_or_path=tiny-0.1m", "sft.steps=3", "sft.num_demos=2", "rollout.num_tasks=2",
         "rollout.group_size=2", "rollout.max_turns=3", "eval.num_episodes=3", "eval.every=1",
@@ -67,7 +55,7 @@ def test_collect_tabulates_a_run_folder_from_what_it_wrote(tmp_path, capsys):
     ])).fit()  # fmt: skip
     out = tmp_path / "collect.json"
     sweep.main(["--collect", str(tmp_path / "toy"), "--out", str(out)])
-    (row,) = __import__("json").loads(out.read_text())["runs"]
+    (row,) = json.loads(out.read_text())["runs"]
     # the settings that change learning are listed; output/bookkeeping ones are not
     assert "algo.name=gigpo" in row["differences"] and "sft.steps=3" in row["differences"]
     assert not any(d.startswith(("trainer.", "eval.every")) for d in row["differences"])

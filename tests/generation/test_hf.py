@@ -163,20 +163,27 @@ def test_qwen2_preset_logprobs_match_scoring():
     torch.testing.assert_close(scores, torch.tensor(outs[0].logprobs), atol=1e-4, rtol=0)
 
 
+def _prefill_spy(model):
+    """(rows, forward): a wrapper of `model.forward` that appends the batch size of every
+    prefill (a forward of more than one position) to `rows`."""
+    rows: list[int] = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    return rows, spy
+
+
 def test_shared_prompts_prefilled_once_match_unshared(policy, monkeypatch):
     """GRPO groups repeat prompts: each distinct prompt is prefilled once and its cache
     copied to its rows; tokens and logprobs are those of prefilling every row."""
     model, tok = policy
     backend = HFBackend(model, tok)  # one batch for all 9 rows
     prompts = [p for p in _prompts(tok) for _ in range(3)]
-    prefill_rows = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        if kwargs["input_ids"].shape[1] > 1:
-            prefill_rows.append(kwargs["input_ids"].shape[0])
-        return forward(*args, **kwargs)
-
+    prefill_rows, spy = _prefill_spy(model)
     greedy = SamplingParams(max_new_tokens=12, temperature=0)
     monkeypatch.setattr(model, "forward", spy)
     shared = backend.generate(prompts, greedy)
@@ -229,14 +236,7 @@ def test_prompt_encodings_are_remembered_until_the_weights_change(monkeypatch):
     backend = HFBackend(model, tok)
     prompts = _prompts(tok)
     greedy = SamplingParams(max_new_tokens=6, temperature=0)
-    prefill_rows = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        if kwargs["input_ids"].shape[1] > 1:
-            prefill_rows.append(kwargs["input_ids"].shape[0])
-        return forward(*args, **kwargs)
-
+    prefill_rows, spy = _prefill_spy(model)
     monkeypatch.setattr(model, "forward", spy)
     first = backend.generate(prompts, greedy)
     again = backend.generate(prompts[:2] + prompts, greedy)
