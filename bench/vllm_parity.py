@@ -1,5 +1,7 @@
 """HF backend vs vLLM on the same model, prompts and seeds: tokens/s, time to first token,
-logprob agreement (vLLM's per-token logprobs against `token_logprobs` rescoring).
+logprob agreement (vLLM's per-token logprobs against `token_logprobs` rescoring), for
+the in-process engine and for arborl's `OpenAIBackend` against vLLM's OpenAI server
+(`launch_vllm_server`, one request per seeded row).
 
 Run with the vLLM venv's interpreter (`make vllm` prints its path), arborl on PYTHONPATH:
 
@@ -12,14 +14,16 @@ Prints a markdown table and writes bench/results/vllm_parity.json.
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from arborl.generation import HFBackend, SamplingParams
+from arborl.generation import HFBackend, SamplingParams, make_backend
 from arborl.generation.vllm_backend import VLLMBackend
+from arborl.generation.vllm_serve import launch_vllm_server
 from arborl.models import load_policy, save_policy, token_logprobs
 from arborl.models.pretrained import resolve_checkpoint
 
@@ -50,7 +54,7 @@ def logprob_gap(model, prompts, outs, temperature: float) -> float:
     return max(gaps)
 
 
-def measure(name: str, num_prompts: int, new_tokens: int) -> list[dict]:
+def measure(name: str, num_prompts: int, new_tokens: int, serve: bool) -> list[dict]:
     model, tok = load_policy(name)
     model.eval()
     path = resolve_checkpoint(name)
@@ -58,24 +62,40 @@ def measure(name: str, num_prompts: int, new_tokens: int) -> list[dict]:
         path = tempfile.mkdtemp(prefix="parity-")
         save_policy(model, tok, path)
     prompts = prompts_for(tok, num_prompts)
-    params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
-    first = SamplingParams(max_new_tokens=1, temperature=1.0, seed=0)
-    rows = []
     t0 = time.perf_counter()
     vllm = VLLMBackend(path, dtype="float32", max_model_len=1024, enforce_eager=True)
-    startup = time.perf_counter() - t0
-    for label, be in (("hf", HFBackend(model, tok, seed=0)), ("vllm", vllm)):
-        timed(be, prompts[:2], first)  # warm-up
-        _, ttft = timed(be, prompts, first)
-        outs, dt = timed(be, prompts, params)
-        n = sum(len(o.token_ids) for o in outs)
-        rows.append({
-            "model": name, "backend": label, "prompts": num_prompts, "tokens": n,
-            "tok_per_s": n / dt, "ttft_s": ttft,
-            "max_logprob_gap": logprob_gap(model, prompts, outs, 1.0),
-            "startup_s": startup if label == "vllm" else 0.0,
-        })  # fmt: skip
+    startup = {"hf": 0.0, "vllm": time.perf_counter() - t0}
+    backends = [("hf", HFBackend(model, tok, seed=0)), ("vllm", vllm)]
+    rows = [
+        row(name, label, be, model, prompts, startup[label], new_tokens) for label, be in backends
+    ]
+    del vllm, backends  # frees the engine's cores and KV cache for the server
+    if serve:
+        t0 = time.perf_counter()
+        log = Path(tempfile.mkdtemp(prefix="vllm-serve-")) / "server.log"
+        with launch_vllm_server(sys.executable, path, log, api_key="bench") as url:
+            started = time.perf_counter() - t0
+            remote, _ = make_backend(url, tokenizer=path, api_key="bench")
+            rows.append(
+                row(name, "openai -> vllm serve", remote, model, prompts, started, new_tokens)
+            )
+            remote.close()
     return rows
+
+
+def row(name: str, label: str, backend, model, prompts, startup: float, new_tokens: int) -> dict:
+    """Warm up, then time the first token and a whole generation of `prompts`."""
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
+    first = SamplingParams(max_new_tokens=1, temperature=1.0, seed=0)
+    timed(backend, prompts[:2], first)  # warm-up
+    _, ttft = timed(backend, prompts, first)
+    outs, dt = timed(backend, prompts, params)
+    n = sum(len(o.token_ids) for o in outs)
+    return {
+        "model": name, "backend": label, "prompts": len(prompts), "tokens": n,
+        "tok_per_s": n / dt, "ttft_s": ttft, "max_logprob_gap": logprob_gap(model, prompts, outs, 1.0),
+        "startup_s": startup,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -83,10 +103,15 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["tiny-20m"], help="presets or pretrained names")
     ap.add_argument("--num-prompts", type=int, default=16, help="prompts per batch")
     ap.add_argument("--new-tokens", type=int, default=32, help="tokens generated per prompt")
+    ap.add_argument("--no-serve", action="store_true", help="skip the vLLM-server row")
     ap.add_argument("--out", default="bench/results/vllm_parity.json", help="JSON output path")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    rows = [r for m in args.models for r in measure(m, args.num_prompts, args.new_tokens)]
+    rows = [
+        r
+        for m in args.models
+        for r in measure(m, args.num_prompts, args.new_tokens, not args.no_serve)
+    ]
     print("| model | backend | tok/s | TTFT (s) | max abs logprob gap | engine start (s) |")
     print("|---|---|---|---|---|---|")
     for r in rows:

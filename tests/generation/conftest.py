@@ -1,4 +1,8 @@
-"""A real uvicorn server for arborl serve's app, in a thread on a free 127.0.0.1 port."""
+"""A real uvicorn server for arborl serve's app, in a thread on a free 127.0.0.1 port; the
+real vLLM venv's interpreter (built once per machine by `tools/setup_vllm.sh`)."""
+
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +43,15 @@ def _serve(model, tok):
     app = create_app(HFBackend(model, tok), tok, MODEL_NAME, api_key=API_KEY)
     with serve_in_thread(app) as url:
         yield f"{url}/v1"
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The vLLM venv's python (`make vllm`; ~5 min on a new machine, cached under
+    ~/.cache/arborl keyed by the script's hash). A failed build fails the test using it."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["bash", str(root / "tools" / "setup_vllm.sh")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"building the vLLM venv failed:\n{done.stderr[-3000:]}"
+    return str(Path(done.stdout.strip().splitlines()[-1]) / "bin" / "python")

@@ -18,15 +18,6 @@ from arborl.models import load_policy, save_policy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def vllm_python() -> str:
-    done = subprocess.run(
-        ["bash", str(ROOT / "tools" / "setup_vllm.sh")], capture_output=True, text=True
-    )
-    assert done.returncode == 0, f"building the vLLM venv failed:\n{done.stderr[-3000:]}"
-    return str(Path(done.stdout.strip().splitlines()[-1]) / "bin" / "python")
-
-
 def run_in_vllm(python: str, script: Path, *args: str, timeout: int = 900) -> dict:
     env = {
         **os.environ,
