@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +20,18 @@ def test_list(capsys):
     assert "arborl/Maze-v0" in out and "up|down|left|right" in out and "train/val/test" in out
     line = next(x for x in out.splitlines() if x.startswith("arborl/Sokoban-v0"))
     assert " 30 " in line
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    """`arborl env list | head`: a reader that leaves early is not an error (no traceback)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after `head` exits
+    done = subprocess.run(
+        [sys.executable, "-m", "arborl.cli.main", "env", "list"],
+        stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    os.close(write_end)
+    assert done.returncode == 0 and "BrokenPipeError" not in done.stderr, done.stderr
 
 
 def test_check(capsys):
