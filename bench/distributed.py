@@ -19,7 +19,6 @@ a floor, not what separate cores or machines give.
 
     python bench/distributed.py                  # full run, writes bench/results/distributed.json
     python bench/distributed.py --quick          # 1 repeat, small rollout
-    python bench/distributed.py --gpu-check      # one train step on CUDA, tokens/s (or a message)
 """
 
 from __future__ import annotations
@@ -168,45 +167,15 @@ def bench_memory(ray, model_name: str) -> list[dict]:
     return rows
 
 
-def gpu_check(steps: int) -> int:
-    """The same `update_actor` step in-process on one CUDA device (NCCL, bf16)."""
-    if not torch.cuda.is_available():
-        print("gpu-check: no CUDA device visible to torch; nothing to do (CPU runs: see above)")
-        return 0
-    from arborl.distributed.sharding import free_port
-    from arborl.distributed.workers import TrainRole
-
-    cfg = _cfg("tiny-20m", ["trainer.ray_gpus_per_rank=1"])
-    batch, _ = _rollout_batch(cfg)
-    role = TrainRole(cfg, 0, 1, None)
-    info = role.setup("127.0.0.1", free_port())
-    tokens = int(batch.tensors["attention_mask"].sum())
-    role.update_actor([batch], batch[:1], 1.0, 0.0)  # warm-up
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        role.update_actor([batch], batch[:1], 1.0, 0.0)
-    torch.cuda.synchronize()
-    per_step = (time.perf_counter() - t0) / steps
-    print(f"gpu-check: {torch.cuda.get_device_name(0)} backend={info['backend']} "
-          f"rows={len(batch)} tokens/step={tokens} step={per_step:.3f}s "
-          f"tokens/s={tokens / per_step:.0f}")  # fmt: skip
-    return 0
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
         "--repeats", type=int, default=3, help="timed repeats per setting (after 1 warm-up)"
     )
     p.add_argument("--quick", action="store_true", help="1 repeat, 4 rollout tasks (smoke test)")
-    p.add_argument("--gpu-check", action="store_true", help="only the CUDA train step, tokens/s")
-    p.add_argument("--gpu-steps", type=int, default=5, help="timed steps of --gpu-check")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/distributed.json)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    if args.gpu_check:
-        raise SystemExit(gpu_check(args.gpu_steps))
     import ray
 
     repeats = 1 if args.quick else args.repeats
