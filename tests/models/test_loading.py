@@ -46,6 +46,8 @@ def test_bpe_presets_are_the_char_bodies_over_gpt2_bpe(name, millions):
                                    add_generation_prompt=True)  # fmt: skip
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.encode(" Numbers: 1 2", add_special_tokens=False) == [27797, 25, 352, 362]
+    critic = ValueModel.from_policy_spec(name)  # PPO's critic is built on the same vocabulary
+    assert critic.config.vocab_size == 50259 and critic.config.hidden_size == hidden
 
 
 def test_bpe_preset_weights_depend_only_on_the_seed_and_extra_tokens_are_added():
