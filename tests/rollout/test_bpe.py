@@ -66,8 +66,8 @@ def _check_rows(res, model, temperature: float) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("view", "memory", "async_envs"),
-    [("step", "full", False), ("step", "last_k", False), ("episode", "full", False),
-     ("episode", "full", True)],
+    [("step", "full", False), ("step", "last_k", False), ("step", "summary", False),
+     ("episode", "full", False), ("episode", "full", True)],
 )  # fmt: skip
 def test_every_view_holds_the_prompts_sent_and_the_ids_sampled(bpe, view, memory, async_envs):
     model, tok = bpe
