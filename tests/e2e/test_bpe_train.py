@@ -66,8 +66,9 @@ def test_arborl_sft_then_tree_train_then_eval_on_bpe(tmp_path, capsys):
     assert main(args) == 0
     _, step = _first_step(tmp_path / "tree")
     assert abs(step["actor/ratio_max"] - 1.0) < 1e-3, step
-    js = tmp_path / "eval.json"
-    assert main(["eval", "--policy", str(policy), "--env", "arborl/Maze-v0", "--num-episodes",
-                 "2", "--no-baselines", "--json", str(js)]) == 0  # fmt: skip
-    (row,) = json.loads(js.read_text())["rows"]
-    assert row["policy"] == str(policy) and row["episodes"] == 2
+    for spec in (str(policy), "bpe-tiny-0.1m"):  # the SFT checkpoint, the preset by name
+        js = tmp_path / "eval.json"
+        assert main(["eval", "--policy", spec, "--env", "arborl/Maze-v0", "--num-episodes",
+                     "2", "--no-baselines", "--json", str(js)]) == 0  # fmt: skip
+        (row,) = json.loads(js.read_text())["rows"]
+        assert row["policy"] == spec and row["episodes"] == 2

@@ -179,3 +179,36 @@ def test_bpe_chat_is_the_sampled_tokens_their_logprobs_and_a_stop_inside_a_token
     cut = client.chat.completions.create(**kwargs, stop=[stop]).choices[0]
     assert _chat_ids(tok, cut.logprobs.content) == ids[: k + 1]  # token k is kept whole
     assert cut.finish_reason == "stop" and cut.message.content == head[: -len(stop)]
+
+
+@pytest.mark.slow
+def test_arborl_serve_takes_a_bpe_preset_by_name(wait_for_health, bpe_policy):
+    """The real `arborl serve bpe-tiny-0.1m` process serves the preset's sampled ids."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.serving._openapi_fuzz import free_port
+
+    model, tok = bpe_policy
+    port = free_port()
+    cmd = [sys.executable, "-m", "arborl.cli.main", "serve", "bpe-tiny-0.1m", "--port", str(port)]
+    env = {**os.environ, "ARBORL_API_KEY": API_KEY}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_health(proc, f"http://127.0.0.1:{port}", timeout_s=180)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY,
+                               max_retries=0)  # fmt: skip
+        prompt = tok.encode("Numbers: 1 2 7 8.", add_special_tokens=False)
+        resp = client.completions.create(model="bpe-tiny-0.1m", prompt=[prompt], max_tokens=8,
+                                         seed=3, logprobs=0, extra_body={"return_token_ids": True})  # fmt: skip
+        (choice,) = resp.choices
+        local = HFBackend(model, tok).generate([prompt], SamplingParams(max_new_tokens=8, seed=3))
+        assert choice.model_extra["token_ids"] == local[0].token_ids
+        torch.testing.assert_close(
+            torch.tensor(choice.logprobs.token_logprobs), torch.tensor(local[0].logprobs)
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stderr.close()
