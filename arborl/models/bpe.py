@@ -165,4 +165,5 @@ def build_bpe_policy(seed: int = 0):
     BPE + ChatML (3.3M parameters, almost all of them the tied 50,259-row embedding)."""
     from arborl.models.loading import load_policy
 
-    return load_policy("bpe-tiny-0.1m", seed=seed)
+    model, tok = load_policy("bpe-tiny-0.1m", seed=seed)
+    return model.eval(), tok
