@@ -66,13 +66,16 @@ def test_tree_rollout_rows_are_the_sampled_ids_with_bpe(algo, params):
     assert float(diff.abs().max()) < 1e-5
 
 
-@pytest.mark.parametrize("algo", ["tot-bfs", "mcts"])
-def test_arborl_search_with_a_bpe_preset(tmp_path, algo):
+@pytest.mark.parametrize(("algo", "evaluator"), [("tot-bfs", "heuristic"), ("mcts", "judge")])
+def test_arborl_search_with_a_bpe_preset(tmp_path, algo, evaluator):
     out = tmp_path / "maze.json"
     args = ["search", "--policy", "bpe-tiny-0.1m", "--env", "arborl/Maze-v0", "--algo", algo,
             "--budget", "6", "--max-new-tokens", "4", "--out", str(out), "--no-html",
+            "--evaluator", evaluator,  # judge: the policy's P("y") vs P("n"), one token each
             "--param", "breadth=2" if algo == "tot-bfs" else "width=2"]  # fmt: skip
     assert main(args) == 0
     doc = json.loads(out.read_text())
     assert doc["stats"]["tokens"] > 0 and doc["stats"]["model_calls"] >= 1
     assert doc["stats"]["nodes"] == 6 and doc["stop_reason"] == "budget:max_nodes"
+    if evaluator == "judge":  # a probability from the BPE model's two answer tokens
+        assert all(0 < n["value"] < 1 for n in doc["tree"]["nodes"][1:])
