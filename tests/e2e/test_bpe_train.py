@@ -30,14 +30,18 @@ def _first_step(run):
 
 
 @pytest.mark.slow
-def test_sft_then_grpo_on_the_bpe_preset_by_name(tmp_path):
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])  # ppo: a critic on the 50,259-id vocabulary
+def test_sft_then_rl_on_the_bpe_preset_by_name(tmp_path, algo):
     args = ["train", "model.name_or_path=bpe-tiny-0.1m", "sft.steps=4", "sft.num_demos=4",
-            "sft.batch_size=8", *TOY, f"trainer.output_dir={tmp_path}", "trainer.name=r"]  # fmt: skip
+            "sft.batch_size=8", f"algo={algo}", "algo.ppo_epochs=1", *TOY,
+            f"trainer.output_dir={tmp_path}", "trainer.name=r"]  # fmt: skip
     assert main(args) == 0
     recs, step = _first_step(tmp_path / "r")
+    assert (algo == "ppo") == ("critic/value_loss" in step)
     sft = [r for r in recs if r.get("phase") == "sft"]
     assert sft and all(torch.isfinite(torch.tensor(r["loss"])) for r in sft if "loss" in r)
-    # rollout logprobs are the trainer's own on BPE ids (nothing re-encoded): ratio 1
+    # rollout logprobs are the trainer's own on BPE ids (nothing re-encoded): ratio 1 on
+    # the one update of the step (ppo_epochs=1: a second epoch would see updated weights)
     assert abs(step["actor/ratio_max"] - 1.0) < 1e-3, step
     final = tmp_path / "r" / "checkpoints" / "step-1" / "policy"
     _, tok = load_policy(str(final))
