@@ -287,7 +287,6 @@ class HFBackend:
         rows = [_Row(min(params.max_new_tokens, self.max_length - len(p)), [], []) for p in prompts]
         max_new = max(row.budget for row in rows)
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
-        max_stop = max((len(s) for s in params.stop), default=0)
         cache, logits, mask, next_pos = self._prefill(prompts, width, width + max_new)
         # The mask of every token yet to come is 1 (finished rows are dropped or skipped), so
         # it is allocated once and each step passes a longer view of it.
@@ -309,7 +308,7 @@ class HFBackend:
                     continue
                 row.token_ids.append(t)
                 row.logprobs.append(lp)
-                if is_eos[b] or (max_stop and self._hit_stop(row.token_ids, params.stop, max_stop)):
+                if is_eos[b] or (params.stop and self._hit_stop(row.token_ids, params.stop)):
                     row.finish_reason = "stop"
                 elif len(row.token_ids) >= row.budget:
                     row.finish_reason = "length"
@@ -443,8 +442,12 @@ class HFBackend:
             logits, mask, next_pos = logits[rows], mask[rows], next_pos[rows]
         return cache, logits, mask, next_pos
 
-    def _hit_stop(self, token_ids: list[int], stop: list[str], max_stop: int) -> bool:
-        # Each token decodes to >= 1 char (bar partial UTF-8 bytes), so the last
-        # max_stop + 4 tokens cover any stop string that the newest token completed.
-        tail = self.tokenizer.decode(token_ids[-(max_stop + 4) :], skip_special_tokens=False)
+    def _hit_stop(self, token_ids: list[int], stop: list[str]) -> bool:
+        """Whether the text of `token_ids` holds a stop string (which the newest token
+        completed, since this runs after every token)."""
+        # Every token holds at least one byte, but byte-level BPE splits a character into up
+        # to 4 tokens (GPT-2 spells each 🌲 as 3), so the window counts the stop strings'
+        # UTF-8 bytes, not their characters: a 3-emoji stop string is 9 tokens.
+        window = max(len(s.encode("utf-8")) for s in stop) + 4
+        tail = self.tokenizer.decode(token_ids[-window:], skip_special_tokens=False)
         return any(s in tail for s in stop)

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -132,8 +133,16 @@ def _build_core_json(path: str) -> str:
     return core.to_str()
 
 
-def build_gpt2_bpe_tokenizer(ranks_path: str | Path | None = None) -> PreTrainedTokenizerFast:
-    """GPT-2's byte-level BPE + ChatML specials and template (eos `<|im_end|>`), left pad."""
+def build_gpt2_bpe_tokenizer(
+    ranks_path: str | Path | None = None, extra_tokens: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """GPT-2's byte-level BPE + ChatML specials and template (eos `<|im_end|>`), left pad.
+
+    `extra_tokens` (e.g. `<think>`) become whole added tokens after the 50,259 ids; a
+    `bpe-tiny-*` preset (`arborl.models.loading.MODEL_PRESETS`) is built around this."""
+    for extra in extra_tokens:
+        if not isinstance(extra, str) or not extra:
+            raise ValueError(f"extra_tokens must be non-empty strings, got {extra!r}")
     path = str(ranks_path or locate_gpt2_ranks())
     core = Tokenizer.from_str(_core_json(path))
     core.add_special_tokens(list(SPECIALS))
@@ -145,32 +154,16 @@ def build_gpt2_bpe_tokenizer(ranks_path: str | Path | None = None) -> PreTrained
         padding_side="left",
     )
     tok.chat_template = CHATML_TEMPLATE
+    new = [t for t in dict.fromkeys(extra_tokens) if t not in tok.get_vocab()]
+    if new:
+        tok.add_tokens(new)
     return tok
 
 
-def build_bpe_policy(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
-    """(model, tokenizer): a random-init Llama over GPT-2's BPE + ChatML (tied embeddings;
-    3.3M parameters at the defaults, almost all of them the 50,259-row embedding). For
-    tests and small runs that must see real BPE behaviour."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_bpe_policy(seed: int = 0):
+    """(model, tokenizer) of the `bpe-tiny-0.1m` preset: a random-init Llama over GPT-2's
+    BPE + ChatML (3.3M parameters, almost all of them the tied 50,259-row embedding)."""
+    from arborl.models.loading import load_policy
 
-    from arborl.models.loading import seeded
-
-    tok = build_gpt2_bpe_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=None,
-    )
-    with seeded(seed):
-        model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model, tok = load_policy("bpe-tiny-0.1m", seed=seed)
     return model.eval(), tok

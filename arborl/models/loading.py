@@ -1,9 +1,11 @@
 """Load a policy: a tiny preset built from config (no download) or any local HF causal LM.
 
 Presets are the default everywhere in arborl (tests, laptop runs): a `ModelPreset` is a
-handful of sizes turned into a Llama/Qwen2 config around the character tokenizer. Weight
-init is seeded inside `torch.random.fork_rng`, so the same seed gives the same weights
-without touching the caller's global RNG state.
+handful of sizes turned into a Llama/Qwen2 config around one of two offline tokenizers,
+arborl's character tokenizer (`tiny-*`) or GPT-2's byte-level BPE with a ChatML template
+(`bpe-tiny-*`: real BPE behaviour, where decoded text does not re-encode to the sampled
+ids). Weight init is seeded inside `torch.random.fork_rng`, so the same seed gives the same
+weights without touching the caller's global RNG state.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from transformers import (
 )
 
 from arborl.models.pretrained import PRETRAINED, resolve_checkpoint
-from arborl.models.tokenizer import build_char_tokenizer
+from arborl.registry import Registry
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -35,10 +37,15 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
 }
 
+PRESET_TOKENIZERS: Registry = Registry("ModelPreset.tokenizer", error=ValueError)
+"""Tokenizer kinds a preset is built around: `build(extra_tokens=...) -> tokenizer`."""
+PRESET_TOKENIZERS.register("char", "arborl.models.tokenizer:build_char_tokenizer")
+PRESET_TOKENIZERS.register("gpt2-bpe", "arborl.models.bpe:build_gpt2_bpe_tokenizer")
+
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """Sizes of a tiny causal LM built from config around the char tokenizer."""
+    """Sizes of a tiny causal LM built from config around an offline tokenizer."""
 
     model_type: str
     """Hugging Face `model_type` ("llama" or "qwen2")."""
@@ -56,6 +63,17 @@ class ModelPreset:
     """Share the input embedding and the LM head."""
     max_position_embeddings: int = 1024
     """Longest sequence (prompt + generation) the model accepts."""
+    tokenizer: str = "char"
+    """The tokenizer, a name of `PRESET_TOKENIZERS`: "char" (arborl's character tokenizer,
+    ~110 ids, `<|user|>...<|end|>` turns) or "gpt2-bpe" (GPT-2's byte-level BPE, 50,259 ids
+    with the ChatML specials, `<|im_start|>user...<|im_end|>` turns; `arborl.models.bpe`)."""
+
+    def __post_init__(self) -> None:
+        PRESET_TOKENIZERS.get(self.tokenizer)  # an unknown kind fails here, listing the known
+
+    def build_tokenizer(self, extra_tokens: tuple[str, ...] = ()) -> PreTrainedTokenizerBase:
+        """A fresh tokenizer of this preset's kind, its vocabulary extended by `extra_tokens`."""
+        return PRESET_TOKENIZERS.get(self.tokenizer)(extra_tokens=extra_tokens)
 
     def to_config(self, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
         """The HF config for this preset with vocabulary and special ids from `tokenizer`."""
@@ -80,7 +98,12 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
     "tiny-1m": ModelPreset("llama", 128, 4, 4, 2, 512),
     "qwen-tiny-1m": ModelPreset("qwen2", 128, 4, 4, 2, 512),
     "tiny-20m": ModelPreset("llama", 512, 6, 8, 4, 1536, tie_embeddings=False),
+    # The same bodies over GPT-2's BPE: the 50,259-row (tied) embedding adds 3.2M / 6.4M.
+    "bpe-tiny-0.1m": ModelPreset("llama", 64, 2, 4, 2, 256, tokenizer="gpt2-bpe"),
+    "bpe-tiny-1m": ModelPreset("llama", 128, 4, 4, 2, 512, tokenizer="gpt2-bpe"),
 }
+"""Preset name -> sizes and tokenizer. The name gives the body's size (attention and MLP
+weights); `tiny-*` use the char tokenizer, `bpe-tiny-*` GPT-2's BPE."""
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -111,13 +134,13 @@ def _unknown_spec(name_or_path: str) -> ValueError:
 def load_tokenizer(
     name_or_path: str, extra_tokens: tuple[str, ...] = ()
 ) -> PreTrainedTokenizerBase:
-    """The tokenizer of a preset (the char tokenizer) or of a checkpoint directory.
+    """The tokenizer of a preset (its `ModelPreset.tokenizer` kind) or of a checkpoint dir.
 
     Checkpoint tokenizers are switched to left padding (what batched generation needs) and
     get `pad = eos` when they define no pad token.
     """
     if name_or_path in MODEL_PRESETS:
-        return build_char_tokenizer(extra_tokens)
+        return MODEL_PRESETS[name_or_path].build_tokenizer(tuple(extra_tokens))
     name_or_path = resolve_checkpoint(name_or_path)
     if not Path(name_or_path).is_dir():
         raise _unknown_spec(name_or_path)

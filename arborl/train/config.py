@@ -26,7 +26,9 @@ class ModelConfig:
     """The policy (and critic) model."""
 
     name_or_path: str = "tiny-1m"
-    """A tiny preset (tiny-0.1m, tiny-1m, qwen-tiny-1m, tiny-20m) or a local HF checkpoint dir."""
+    """A tiny preset (char tokenizer: tiny-0.1m, tiny-1m, qwen-tiny-1m, tiny-20m; GPT-2's
+    byte-level BPE + ChatML: bpe-tiny-0.1m, bpe-tiny-1m), a pretrained name
+    (smollm2-135m-instruct) or a local HF checkpoint dir."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype; bfloat16 runs under CPU autocast (slower than fp32 on CPUs without AMX)."""
     lora_rank: int = field(default=0, metadata={"min": 0})

@@ -9,7 +9,6 @@ import pytest
 from arborl.generation import HFBackend
 from arborl.generation.server import create_app
 from arborl.models import load_policy
-from arborl.models.bpe import build_bpe_policy
 from tests.serving._openapi_fuzz import serve_in_thread
 
 API_KEY = "test-key"
@@ -30,8 +29,10 @@ def server_url(served_policy):
 
 @pytest.fixture(scope="session")
 def bpe_policy():
-    """A random-init Llama over GPT-2's real BPE vocabulary + ChatML."""
-    return build_bpe_policy(seed=0)
+    """The `bpe-tiny-0.1m` preset: a random-init Llama over GPT-2's real BPE + ChatML,
+    as `arborl serve bpe-tiny-0.1m` builds it."""
+    model, tok = load_policy("bpe-tiny-0.1m", seed=0)
+    return model.eval(), tok
 
 
 @pytest.fixture(scope="session")

@@ -95,6 +95,18 @@ def test_stop_strings_eos_and_length(policy, backend):
     assert out.token_ids == free.token_ids[:1] and out.finish_reason == "stop"
 
 
+@pytest.mark.parametrize("stop", ["🌲🌲🌲", "🌲🌲🌲🌲🌲"])
+def test_a_stop_string_split_into_byte_tokens_is_seen(bpe_policy, stop):
+    """GPT-2 spells each 🌲 as 3 tokens, so `🌲🌲🌲` is 9 tokens: the stop check decoded
+    the last len(stop) + 4 = 7 tokens, and missed it (`'\ufffd🌲🌲'`)."""
+    model, tok = bpe_policy
+    backend = HFBackend(model, tok)
+    ids = tok.encode(f"go {stop}", add_special_tokens=False)
+    assert len(ids) - 1 >= 3 * len(stop) > len(stop) + 4
+    assert backend._hit_stop(ids, [stop]) and backend._hit_stop(ids, ["x", stop])
+    assert not backend._hit_stop(ids[:-1], [stop])  # the last byte-token completes it
+
+
 def test_early_finishers_pruned_rest_unchanged(policy):
     _, tok = policy
     prompts = _prompts(tok) * 4

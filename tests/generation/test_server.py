@@ -139,3 +139,76 @@ def test_bpe_chat_logprob_bytes_and_completion_token_ids(bpe_policy):
     body = {"prompt": [[15496]], "max_tokens": 4, "return_token_ids": True}
     choice = http.post("/v1/completions", json=body).json()["choices"][0]
     assert choice["token_ids"] == ids
+
+
+def _chat_ids(tok, content: list) -> list[int]:
+    """The sampled ids behind a chat response, from each logprob entry's raw `bytes`."""
+    from arborl.models.byte_level import bytes_to_unicode
+
+    spell = bytes_to_unicode()
+    return [tok.convert_tokens_to_ids("".join(spell[b] for b in bytes(c.bytes))) for c in content]
+
+
+def test_bpe_chat_is_the_sampled_tokens_their_logprobs_and_a_stop_inside_a_token(
+    bpe_server_url, bpe_policy
+):
+    """`arborl serve bpe-tiny-0.1m`'s chat route over HTTP: content, logprobs and a stop
+    string that ends inside a token, all on GPT-2's BPE."""
+    from arborl.models import token_logprobs
+
+    model, tok = bpe_policy
+    client = openai.OpenAI(base_url=bpe_server_url, api_key=API_KEY, max_retries=0)
+    messages = [{"role": "user", "content": "Numbers: 1 2 7 8. Target: 58."}]
+    kwargs = dict(model=MODEL_NAME, messages=messages, max_tokens=16, temperature=0.8, seed=5,
+                  logprobs=True)  # fmt: skip
+    free = client.chat.completions.create(**kwargs).choices[0]
+    ids = _chat_ids(tok, free.logprobs.content)
+    assert free.message.content == tok.decode(ids, skip_special_tokens=True)
+    chat = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = tok.encode(chat, add_special_tokens=False)
+    with torch.no_grad():
+        scored = token_logprobs(model, torch.tensor([prompt + ids]), temperature=0.8)
+    served = torch.tensor([c.logprob for c in free.logprobs.content])
+    assert float((scored[0, len(prompt) - 1 :] - served).abs().max()) < 1e-5
+    # a stop string made of the text up to token k plus the first character of token k
+    pieces = [tok.decode([t]) for t in ids]
+    k = next(i for i, p in enumerate(pieces) if i > 0 and len(p.strip()) >= 2)
+    head = tok.decode(ids[:k]) + pieces[k][: len(pieces[k]) - len(pieces[k].lstrip()) + 1]
+    stop = head[-4:]
+    assert not tok.decode(ids[:k]).endswith(stop) and stop not in tok.decode(ids[:k])
+    cut = client.chat.completions.create(**kwargs, stop=[stop]).choices[0]
+    assert _chat_ids(tok, cut.logprobs.content) == ids[: k + 1]  # token k is kept whole
+    assert cut.finish_reason == "stop" and cut.message.content == head[: -len(stop)]
+
+
+@pytest.mark.slow
+def test_arborl_serve_takes_a_bpe_preset_by_name(wait_for_health, bpe_policy):
+    """The real `arborl serve bpe-tiny-0.1m` process serves the preset's sampled ids."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.serving._openapi_fuzz import free_port
+
+    model, tok = bpe_policy
+    port = free_port()
+    cmd = [sys.executable, "-m", "arborl.cli.main", "serve", "bpe-tiny-0.1m", "--port", str(port)]
+    env = {**os.environ, "ARBORL_API_KEY": API_KEY}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_health(proc, f"http://127.0.0.1:{port}", timeout_s=180)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY,
+                               max_retries=0)  # fmt: skip
+        prompt = tok.encode("Numbers: 1 2 7 8.", add_special_tokens=False)
+        resp = client.completions.create(model="bpe-tiny-0.1m", prompt=[prompt], max_tokens=8,
+                                         seed=3, logprobs=0, extra_body={"return_token_ids": True})  # fmt: skip
+        (choice,) = resp.choices
+        local = HFBackend(model, tok).generate([prompt], SamplingParams(max_new_tokens=8, seed=3))
+        assert choice.model_extra["token_ids"] == local[0].token_ids
+        torch.testing.assert_close(
+            torch.tensor(choice.logprobs.token_logprobs), torch.tensor(local[0].logprobs)
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stderr.close()

@@ -27,6 +27,45 @@ def test_presets_sizes():
     assert MODEL_PRESETS["tiny-20m"].hidden_size == 512
 
 
+@pytest.mark.parametrize(("name", "millions"), [("bpe-tiny-0.1m", 3.340), ("bpe-tiny-1m", 7.417)])
+def test_bpe_presets_are_the_char_bodies_over_gpt2_bpe(name, millions):
+    model, tok = load_policy(name)
+    char, _ = load_policy(name.removeprefix("bpe-"))
+    n, body = (sum(p.numel() for p in m.parameters()) for m in (model, char))
+    hidden = model.config.hidden_size
+    assert len(tok) == model.config.vocab_size == 50259 and abs(n / 1e6 - millions) < 0.002
+    # the same attention/MLP sizes: only the (tied) embedding differs
+    assert n - 50259 * hidden == body - char.config.vocab_size * hidden
+    assert (tok.eos_token, tok.pad_token, tok.padding_side) == (
+        "<|im_end|>",
+        "<|endoftext|>",
+        "left",
+    )
+    assert model.generation_config.eos_token_id == tok.eos_token_id == 50258
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                   add_generation_prompt=True)  # fmt: skip
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.encode(" Numbers: 1 2", add_special_tokens=False) == [27797, 25, 352, 362]
+    critic = ValueModel.from_policy_spec(name)  # PPO's critic is built on the same vocabulary
+    assert critic.config.vocab_size == 50259 and critic.config.hidden_size == hidden
+
+
+def test_bpe_preset_weights_depend_only_on_the_seed_and_extra_tokens_are_added():
+    a, tok = load_policy("bpe-tiny-0.1m", seed=1)
+    b, _ = load_policy("bpe-tiny-0.1m", seed=1)
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    _, extra = load_policy("bpe-tiny-0.1m", extra_tokens=("<think>", "<think>"))
+    assert len(extra) == len(tok) + 1 and extra.encode("<think>ok") == [50259, 482]
+
+
+def test_unknown_tokenizer_kind_names_the_field_and_the_kinds():
+    from arborl.models import ModelPreset
+
+    with pytest.raises(ValueError, match=r"ModelPreset\.tokenizer='spm'.*char, gpt2-bpe"):
+        ModelPreset("llama", 64, 2, 4, 2, 256, tokenizer="spm")
+
+
 def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
     state = torch.random.get_rng_state()
     a, _ = load_policy("tiny-0.1m", seed=1)
@@ -39,19 +78,29 @@ def test_seeded_init_is_deterministic_and_leaves_global_rng_alone():
 
 
 def test_unknown_name_lists_presets():
-    with pytest.raises(ValueError, match="tiny-1m"):
+    with pytest.raises(ValueError, match="tiny-1m") as e:
         load_policy("no-such-model")
+    assert "'bpe-tiny-0.1m', 'bpe-tiny-1m'" in str(e.value)
     with pytest.raises(ValueError, match="dtype"):
         load_policy("tiny-0.1m", dtype="int3")
 
 
-def test_save_and_reload_same_logprobs(tmp_path):
-    model, tok = load_policy("tiny-0.1m")
+@pytest.mark.parametrize(
+    ("preset", "text"),
+    [
+        ("tiny-0.1m", "<|user|>hello<|end|>"),
+        ("bpe-tiny-0.1m", "<|im_start|>user\nhello 🌲<|im_end|>"),
+    ],
+)
+def test_save_and_reload_same_logprobs(tmp_path, preset, text):
+    model, tok = load_policy(preset)
     save_policy(model, tok, tmp_path)
     again, tok2 = load_policy(str(tmp_path))
-    ids = torch.tensor([tok.encode("<|user|>hello<|end|>", add_special_tokens=False)])
+    ids = torch.tensor([tok.encode(text, add_special_tokens=False)])
+    assert tok2.encode(text, add_special_tokens=False) == ids[0].tolist()
     torch.testing.assert_close(token_logprobs(model, ids), token_logprobs(again, ids))
     assert tok2.chat_template == tok.chat_template and tok2.padding_side == "left"
+    assert (tok2.eos_token_id, tok2.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)
 
 
 def test_token_logprobs_matches_full_log_softmax_with_left_padding():

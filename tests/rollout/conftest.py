@@ -7,19 +7,23 @@ from arborl.models import load_policy
 
 
 class CountingBackend:
-    """Forwards to a real backend and records how many prompts each call carried."""
+    """Forwards to a real backend and records how many prompts each call carried, and
+    every (prompt ids, completion) pair it served (what was sent, what was sampled)."""
 
     def __init__(self, inner):
         self.inner = inner
         self.prompts_per_call: list[int] = []
         self.params: list = []
+        self.served: list[tuple[list[int], object]] = []
         self.max_length = getattr(inner, "max_length", None)
         self.eos_token_ids = getattr(inner, "eos_token_ids", None)
 
     def generate(self, prompts, params):
         self.prompts_per_call.append(len(prompts))
         self.params.append(params)
-        return self.inner.generate(prompts, params)
+        out = self.inner.generate(prompts, params)
+        self.served += [(list(p), c) for p, c in zip(prompts, out)]
+        return out
 
 
 @pytest.fixture(scope="session")
