@@ -20,6 +20,8 @@ from pathlib import Path
 
 from common import cpu_model, format_table, write_json
 
+from arborl.train.evaluate import paired_gain
+
 
 def peak_rss_mb(time_log: Path) -> float | None:
     """`Maximum resident set size (kbytes)` from a `/usr/bin/time -v` log, in MB."""
@@ -54,7 +56,9 @@ def sft_step_time(records: list[dict]) -> float | None:
 def collect(runs_dir: Path, name: str) -> dict:
     run = runs_dir / name
     records = read_records(run)
-    out: dict = {"name": name, "config": (run / "config.yaml").read_text()}
+    # the runs folder is a machine path: results name it <runs>
+    config = (run / "config.yaml").read_text().replace(str(runs_dir.resolve()), "<runs>")
+    out: dict = {"name": name, "config": config}
     summary = json.loads((run / "summary.json").read_text())
     if "gain" in summary:  # arborl train
         out.update({k: summary[k] for k in ("before", "after", "gain", "steps", "wall_s")})
@@ -70,6 +74,14 @@ def collect(runs_dir: Path, name: str) -> dict:
     return out
 
 
+def gain_over_zero(after: dict) -> dict[str, float]:
+    """The paired gain over a baseline that lost every one of the same tasks (the zero-shot
+    run): each task's difference is then its outcome after, so the wins are all we need."""
+    n, wins = int(after["episodes"]), round(after["success"] * after["episodes"])
+    before = dict.fromkeys(range(n), 0.0)
+    return paired_gain(before, {i: float(i < wins) for i in range(n)})
+
+
 def ci(r: dict | None, key: str = "success") -> str:
     if not r:
         return "-"
@@ -81,10 +93,16 @@ def main() -> None:
     p.add_argument("runs", nargs="+", help="run names under --runs-dir")
     p.add_argument("--runs-dir", default="runs", help="folder holding the run directories")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/...)")
+    p.add_argument("--zero-shot", default=None, help="run whose evaluation is the SFT baseline")
     args = p.parse_args()
     rows, results = [], []
+    base = collect(Path(args.runs_dir), args.zero_shot)["after"] if args.zero_shot else None
     for name in args.runs:
         r = collect(Path(args.runs_dir), name)
+        if base is not None and "sft" in r and r["sft"].get("sft/loss") is not None:
+            if base["success"] != 0.0:
+                raise SystemExit(f"--zero-shot {args.zero_shot} won some tasks: no pairing")
+            r["before"], r["gain"] = base, gain_over_zero(r["after"])
         results.append(r)
         gain = r.get("gain")
         rows.append([
