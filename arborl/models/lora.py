@@ -17,11 +17,14 @@ def apply_lora(
     alpha: int = 16,
     target_modules: Sequence[str] = ("q_proj", "v_proj"),
     dropout: float = 0.0,
+    seed: int = 0,
 ) -> torch.nn.Module:
     """Wrap `model` with LoRA adapters on `target_modules`; only the adapters train.
 
     Adapter B matrices start at zero (peft's default), so the wrapped model initially
-    computes exactly what `model` did.
+    computes exactly what `model` did. peft draws the A matrices from torch's global RNG;
+    they are drawn here from `seed` (the global RNG is left as it was), so two runs of the
+    same config start from the same adapters and a resumed run replays an uninterrupted one.
     """
     from peft import LoraConfig, get_peft_model
 
@@ -35,7 +38,9 @@ def apply_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
 
 
 def merge_lora(model: torch.nn.Module) -> torch.nn.Module:

@@ -43,7 +43,7 @@ def build_policy(cfg: TrainConfig, path: str | None = None):
     m = cfg.model
     model, tokenizer = load_policy(path or m.name_or_path, dtype=m.dtype, seed=m.seed)
     if m.lora_rank:
-        model = apply_lora(model, r=m.lora_rank, alpha=m.lora_alpha)
+        model = apply_lora(model, r=m.lora_rank, alpha=m.lora_alpha, seed=m.seed)
     return model, tokenizer
 
 

@@ -1,7 +1,8 @@
 """Checkpoints that resume bit-for-bit on CPU, and only from bytes that verify.
 
 A checkpoint is a folder `checkpoints/step-<N>/` with the policy in Hugging Face format
-(`policy/`: weights, config, tokenizer, chat template), the critic when there is one
+(`policy/`: weights, config, tokenizer, chat template; LoRA adapters merged), the LoRA
+adapters themselves (`adapter/`, when the policy has them), the critic when there is one
 (`critic/`), `trainer_state.pt` (optimizer and scheduler states, step, and the state of
 every random generator the trainer owns) and, written last, `manifest.json`: the size and
 SHA-256 of every other file. Every random draw of the trainer flows from generators
@@ -33,6 +34,8 @@ log = logging.getLogger("arborl")
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
+ADAPTER_DIR = "adapter"
+"""Where a LoRA policy's adapters are saved in a checkpoint, beside the merged `policy/`."""
 _STEP_NAME = re.compile(r"step-(\d+)")
 
 
@@ -180,16 +183,19 @@ def save_checkpoint(
 
 
 def save_model_parts(directory: Path, policy, tokenizer, critic=None) -> Path:
-    """The checkpoint layout's model folders: `policy/` (HF weights + tokenizer) and
-    `critic/` when there is one; returns the policy folder."""
-    from arborl.models.loading import quiet_saves
+    """The checkpoint layout's model folders: `policy/` (HF weights + tokenizer), `critic/`
+    when there is one, and for a LoRA policy `adapter/` (peft's adapter files, what a
+    resume restores); returns the policy folder. `policy/` is always a plain causal LM,
+    adapters merged, so `load_policy`, vLLM and `arborl serve` read any checkpoint alike
+    (peft's own save would write only the adapters, tied to the base model's path)."""
+    from arborl.models.loading import quiet_saves, save_policy
 
-    policy_dir = Path(directory) / "policy"
+    policy_dir = save_policy(policy, tokenizer, Path(directory) / "policy")
     with quiet_saves():
-        policy.save_pretrained(policy_dir)
+        if hasattr(policy, "merge_and_unload"):  # peft.PeftModel
+            policy.save_pretrained(Path(directory) / ADAPTER_DIR)
         if critic is not None:
             critic.save_pretrained(Path(directory) / "critic")
-    tokenizer.save_pretrained(policy_dir)
     return policy_dir
 
 

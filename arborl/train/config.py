@@ -36,7 +36,7 @@ class ModelConfig:
     lora_alpha: int = field(default=16, metadata={"min": 1})
     """LoRA scaling numerator (the update is scaled by alpha / rank)."""
     seed: int = 0
-    """Seed of the initial weights of a preset."""
+    """Seed of the initial weights of a preset and of the LoRA adapters (`lora_rank > 0`)."""
 
 
 @dataclass

@@ -214,14 +214,17 @@ class LocalEngine:
     def load(self, directory: Path, state: dict[str, Any]) -> None:
         from safetensors.torch import load_file
 
-        weights = load_file(directory / "policy" / "model.safetensors")
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:
-            raise RuntimeError(
-                f"checkpoint {directory} does not match the model: {missing} {unexpected}"
-            )
-        if self.model.config.tie_word_embeddings:
-            self.model.tie_weights()
+        if hasattr(self.model, "merge_and_unload"):  # LoRA: base as built, adapters saved
+            self._load_adapters(directory)
+        else:
+            weights = load_file(directory / "policy" / "model.safetensors")
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            if unexpected or [k for k in missing if "lm_head" not in k]:
+                raise RuntimeError(
+                    f"checkpoint {directory} does not match the model: {missing} {unexpected}"
+                )
+            if self.model.config.tie_word_embeddings:
+                self.model.tie_weights()
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         if self.ref is not None and "reference" in state:
@@ -232,6 +235,27 @@ class LocalEngine:
             critic = ValueModel.from_pretrained(directory / "critic")
             self.critic.load_state_dict(critic.state_dict())
             self.critic_opt.load_state_dict(state["critic_optimizer"])
+
+    def _load_adapters(self, directory: Path) -> None:
+        """The LoRA adapters of a checkpoint into the freshly built peft model (its base
+        weights are `model.name_or_path`'s, which LoRA never changes)."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        from arborl.train.checkpoint import ADAPTER_DIR
+
+        path = directory / ADAPTER_DIR / "adapter_model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing: {directory} was not written by a LoRA run; resume it "
+                "with the model.lora_rank it was trained with"
+            )
+        result = set_peft_model_state_dict(self.model, load_file(path))
+        if result.unexpected_keys:
+            raise RuntimeError(
+                f"checkpoint {directory} adapters do not match model.lora_rank="
+                f"{self.cfg.model.lora_rank}: unexpected {result.unexpected_keys[:4]}"
+            )
 
     def close(self) -> None:
         self.pool.close()

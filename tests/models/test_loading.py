@@ -145,6 +145,21 @@ def test_lora_trains_only_adapters_and_saves_merged(tmp_path):
     torch.testing.assert_close(token_logprobs(merged, ids), tuned, atol=1e-5, rtol=0)
 
 
+def test_lora_adapters_come_from_the_seed_and_leave_the_global_rng_alone():
+    def adapters(seed):
+        lora = apply_lora(load_policy("tiny-0.1m")[0], r=4, seed=seed)
+        return {n: p.detach().clone() for n, p in lora.named_parameters() if "lora_A" in n}
+
+    torch.manual_seed(123)
+    first = adapters(0)
+    after_first = torch.rand(1)  # the draw that would follow, had no adapters been made
+    torch.manual_seed(123)
+    assert torch.equal(torch.rand(1), after_first)
+    again, other = adapters(0), adapters(1)
+    assert first and all(torch.equal(first[n], again[n]) for n in first)
+    assert not any(torch.equal(first[n], other[n]) for n in first)
+
+
 def test_value_model_shapes_save_load(tmp_path):
     critic = ValueModel.from_policy_spec("tiny-0.1m", seed=3)
     ids = torch.tensor([[5, 20, 21, 22], [0, 0, 20, 21]])

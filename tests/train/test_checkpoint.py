@@ -85,7 +85,11 @@ def _assert_equal(a, b):
 
 
 # Both engines: the local one, and Ray with 2 FSDP2 train ranks and 2 rollout workers (a
-# KL term, so the sharded reference is saved and restored too).
+# KL term, so the sharded reference is saved and restored too); and a LoRA policy, whose
+# resume restores the adapters (`adapter/`) while `policy/` holds the merged weights. After
+# SFT of rank-4 adapters every action is still invalid, so every group ties: the tied rows
+# are kept and an entropy bonus moves the adapters in RL steps 4-6.
+LORA = ["model.lora_rank=4", "algo.entropy_coef=0.01", "algo.drop_zero_adv=false"]
 RAY = [
     "trainer.backend=ray", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
     "trainer.ray_cpus_per_worker=0.25", "algo.kl_coef=0.05",
@@ -94,7 +98,9 @@ RAY = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "algo,engine", [("grpo", []), ("ppo", []), ("grpo", RAY)], ids=["grpo", "ppo", "grpo-ray"]
+    "algo,engine",
+    [("grpo", []), ("ppo", []), ("grpo", RAY), ("grpo", LORA)],
+    ids=["grpo", "ppo", "grpo-ray", "grpo-lora"],
 )
 def test_kill_and_resume_is_bit_exact(algo, engine, tmp_path):
     common = [f"algo={algo}", f"trainer.output_dir={tmp_path}", *engine]
