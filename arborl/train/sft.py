@@ -35,10 +35,16 @@ class SFTExample:
 
 
 def build_sft_examples(
-    trajectories: Iterable[Trajectory], tokenizer, agent_cfg: AgentConfig
+    trajectories: Iterable[Trajectory],
+    tokenizer,
+    agent_cfg: AgentConfig,
+    max_prompt_tokens: int | None = None,
 ) -> list[SFTExample]:
-    """(prompt, response) pairs of every step, with prompts rebuilt from each episode's memory."""
+    """(prompt, response) pairs of every step, with prompts rebuilt from each episode's
+    memory and, as the rollout's step view does, left-cut to `max_prompt_tokens` (the
+    run's `rollout.max_prompt_tokens`; None: no limit)."""
     eos = tokenizer.eos_token_id
+    limit = max_prompt_tokens or None
     out = []
     for traj in trajectories:
         memory = make_memory(agent_cfg)
@@ -47,6 +53,8 @@ def build_sft_examples(
         for step in traj.steps:
             response = step.response if step.response is not None else step.action
             prompt = build_prompt(tokenizer, step.observation, memory, instruction, agent_cfg)
+            if limit is not None:
+                prompt = prompt[-limit:]
             out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
             memory.add(step.observation, response)
     if not out:
@@ -144,22 +152,22 @@ def run_sft(
 
 def load_demos(cfg) -> list[Trajectory]:
     """The SFT demos of a `TrainConfig`: `sft.demos` read from file, or `sft.num_demos`
-    oracle episodes of `env.train_split` (tasks drawn from `sft.seed`)."""
+    oracle episodes of `env.train_split` (tasks drawn from `sft.seed`). The oracle's envs
+    run in `env.pool_mode` with the run's pool options, as training and evaluation do: a
+    packaged env imports only in its own venv, so in-process demos would fail on it."""
     from dataclasses import replace
 
     from arborl.data import read_trajectories
+    from arborl.train.build import pool_options  # build imports this module
 
     if cfg.sft.demos:
         return read_trajectories(cfg.sft.demos)
     seeds = draw_seeds(cfg.sft.num_demos, cfg.sft.seed)
     res = run_episodes_with_policy(
-        OraclePolicy(),
-        cfg.env.id,
-        seeds,
-        replace(cfg.rollout, group_size=1),
-        split=cfg.env.train_split,
-        env_kwargs=cfg.env.kwargs,
-    )
+        OraclePolicy(), cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
+        split=cfg.env.train_split, env_kwargs=cfg.env.kwargs, pool_mode=cfg.env.pool_mode,
+        pool_options=pool_options(cfg),
+    )  # fmt: skip
     return res.trajectories
 
 
@@ -169,7 +177,7 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     With `log_steps`, every optimizer step's stats go to `logger` (`arborl sft`);
     otherwise only the final stats are logged, as step 0 (`arborl train`)."""
     demos = load_demos(cfg)
-    examples = build_sft_examples(demos, tokenizer, cfg.agent)
+    examples = build_sft_examples(demos, tokenizer, cfg.agent, cfg.rollout.max_prompt_tokens)
     log.info(
         "SFT on %d demos (%d steps) for %d optimizer steps",
         len(demos),
@@ -182,7 +190,8 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     )  # fmt: skip
     if logger is not None and not log_steps:
         logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
-    return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos))}
+    return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos)),
+            "sft/demos_won": float(sum(t.won for t in demos))}  # fmt: skip
 
 
 def sft_job(cfg) -> dict:
