@@ -116,7 +116,8 @@ def run_sft(
     """Train `model` in place for `cfg.steps` AdamW steps on random batches of `examples`.
 
     `cfg` is an `SFTConfig`. Batches are drawn with a `torch.Generator` seeded by
-    `cfg.seed`, so two runs with the same seed see the same batches. Returns final stats.
+    `cfg.seed`, so two runs with the same seed see the same batches. Returns the final
+    step's stats and `sft/first_loss`, the loss of the first batch (before any update).
     `progress=False` hides the bar it shows when no `logger` advances one.
     """
     model.train()
@@ -124,6 +125,7 @@ def run_sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.steps))
     gen = torch.Generator().manual_seed(cfg.seed)
     stats: dict[str, float] = {}
+    first_loss = None
     # A bar of its own when no logger advances one (the RL trainer logs SFT as one record).
     from tqdm.auto import tqdm
 
@@ -134,6 +136,7 @@ def run_sft(
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
         batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
         loss, stats = sft_loss(model, batch)
+        first_loss = stats["sft/loss"] if first_loss is None else first_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["sft/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
@@ -147,6 +150,8 @@ def run_sft(
             bar.set_postfix(loss=f"{stats['sft/loss']:.3f}")
     bar.close()
     model.eval()
+    if first_loss is not None:
+        stats["sft/first_loss"] = first_loss
     return stats
 
 
