@@ -37,7 +37,7 @@ def _check_run(recs: list[dict], num_demos: int = 6) -> None:
     """The warm start learned from won demos, both RL steps ran, both evaluations counted
     every episode, and no env call failed."""
     sft = next(r for r in recs if r.get("phase") == "sft")
-    assert sft["sft/demos"] == sft["sft/demos_won"] == num_demos  # the oracle wins its demos
+    assert sft["sft/demos_won"] == num_demos  # the oracle's demos, every one won
     assert sft["sft/loss"] < 0.6 * sft["sft/first_loss"]  # 30 steps on them: the loss fell
     steps = [r for r in recs if "train/success" in r]
     assert [r["step"] for r in steps] == [1, 2]
