@@ -208,7 +208,7 @@ def sft_job(cfg) -> dict:
     from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
-    from arborl.train.build import build_policy, set_threads
+    from arborl.train.build import build_policy, pool_options, set_threads
     from arborl.train.evaluate import evaluate_policy
     from arborl.train.runlog import MetricsLogger, RunDir
 
@@ -227,7 +227,8 @@ def sft_job(cfg) -> dict:
         backend = HFBackend(model, tokenizer, max_batch_size=128)
         after = evaluate_policy(
             backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
-            split=cfg.env.eval_split, keep_episodes=cfg.eval.save_episodes,
+            split=cfg.env.eval_split, pool_mode=cfg.env.pool_mode,
+            pool_options=pool_options(cfg), keep_episodes=cfg.eval.save_episodes,
         )  # fmt: skip
         after.pop("outcomes", None)  # per-task wins: not a metric
         sample = after.pop("sample", [])

@@ -6,6 +6,7 @@ in-process demo collection failed with "no env registered"), and a worker killed
 SIGKILL mid-rollout ends only its own episode while training goes on.
 """
 
+import json
 import os
 import signal
 
@@ -58,6 +59,18 @@ def test_train_with_sft_warm_start_on_twx_coin_in_subprocess_mode(tmp_path, monk
 def test_train_with_sft_warm_start_on_babyai_in_http_mode(tmp_path, monkeypatch):
     set_up("babyai", monkeypatch)
     _check_run(_train(tmp_path, "babyai", "env=babyai", "env.pool_mode=http"))
+
+
+def test_arborl_sft_on_babyai_evaluates_in_its_pool_mode(tmp_path, monkeypatch):
+    # `arborl sft`'s held-out evaluation ran in-process: "cannot import module 'babyai_env'".
+    set_up("babyai", monkeypatch)
+    out = tmp_path / "sft"
+    assert main(["sft", "env=babyai", *TOY, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sft"]["sft/demos_won"] == 6.0
+    assert summary["sft"]["sft/loss"] < 0.6 * summary["sft"]["sft/first_loss"]
+    assert summary["after"]["episodes"] == 4.0 and summary["after"]["env_errors"] == 0.0
+    assert (out / "checkpoints" / "sft" / "policy" / "model.safetensors").exists()
 
 
 def test_a_worker_killed_mid_rollout_ends_only_its_episode(tmp_path, monkeypatch):
