@@ -63,12 +63,17 @@ def collect_env(work_dir: Path, env: str) -> list[dict]:
     """The rows of one env: the SFT run (held-out success after SFT) and each RL run."""
     rows = []
     sft_dir = work_dir / f"{env}_sft"
-    if (sft_dir / "summary.json").exists():
-        s = json.loads((sft_dir / "summary.json").read_text())
-        rows.append({"run": sft_dir.name, "env": env, "algo": "sft",
-                     "sft_first_loss": s["sft"].get("sft/first_loss"),
-                     "sft_loss": s["sft"]["sft/loss"], "demos_won": s["sft"].get("sft/demos_won"),
-                     "demos": s["sft"].get("sft/demos"), "after": _interval(s["after"]),
+    if (sft_dir / "metrics.jsonl").exists():
+        # From the per-step records: a run whose evaluation failed still logged its SFT.
+        recs = [json.loads(line) for line in open(sft_dir / "metrics.jsonl")]
+        losses = [r["sft/loss"] for r in recs if "sft/loss" in r]
+        done = sft_dir / "summary.json"
+        s = json.loads(done.read_text()) if done.exists() else None
+        rows.append({"run": sft_dir.name, "env": env, "algo": "sft", "sft_steps": len(losses),
+                     "sft_first_loss": losses[0], "sft_loss": losses[-1],
+                     "demos_won": s["sft"].get("sft/demos_won") if s else None,
+                     "demos": s["sft"].get("sft/demos") if s else None,
+                     "after": _interval(s["after"]) if s else None,
                      "wall_s": _wall(sft_dir)})  # fmt: skip
     for algo in ALGOS:
         d = work_dir / f"{env}_{algo}"
@@ -101,7 +106,8 @@ def collect(work_dir: str, out: str | None) -> None:
         g = r.get("gain")
         gain = f"{g['gain']:+.3f} [{g['gain_lo']:+.3f}, {g['gain_hi']:+.3f}]" if g else "-"
         before = ci(r["before"]) if "before" in r else "-"
-        table.append([r["run"], r.get("rl_steps", "-"), before, ci(r["after"]), gain,
+        after = ci(r["after"]) if r["after"] else "-"
+        table.append([r["run"], r.get("rl_steps", "-"), before, after, gain,
                       r["wall_s"]])  # fmt: skip
     print(format_table(headers, table))
     result = {"benchmark": "pkg_learning", "commands": [shlex.join(c) for c in
