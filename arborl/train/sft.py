@@ -35,10 +35,16 @@ class SFTExample:
 
 
 def build_sft_examples(
-    trajectories: Iterable[Trajectory], tokenizer, agent_cfg: AgentConfig
+    trajectories: Iterable[Trajectory],
+    tokenizer,
+    agent_cfg: AgentConfig,
+    max_prompt_tokens: int | None = None,
 ) -> list[SFTExample]:
-    """(prompt, response) pairs of every step, with prompts rebuilt from each episode's memory."""
+    """(prompt, response) pairs of every step, with prompts rebuilt from each episode's
+    memory and, as the rollout's step view does, left-cut to `max_prompt_tokens` (the
+    run's `rollout.max_prompt_tokens`; None: no limit)."""
     eos = tokenizer.eos_token_id
+    limit = max_prompt_tokens or None
     out = []
     for traj in trajectories:
         memory = make_memory(agent_cfg)
@@ -47,6 +53,8 @@ def build_sft_examples(
         for step in traj.steps:
             response = step.response if step.response is not None else step.action
             prompt = build_prompt(tokenizer, step.observation, memory, instruction, agent_cfg)
+            if limit is not None:
+                prompt = prompt[-limit:]
             out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
             memory.add(step.observation, response)
     if not out:
@@ -108,7 +116,8 @@ def run_sft(
     """Train `model` in place for `cfg.steps` AdamW steps on random batches of `examples`.
 
     `cfg` is an `SFTConfig`. Batches are drawn with a `torch.Generator` seeded by
-    `cfg.seed`, so two runs with the same seed see the same batches. Returns final stats.
+    `cfg.seed`, so two runs with the same seed see the same batches. Returns the final
+    step's stats and `sft/first_loss`, the loss of the first batch (before any update).
     `progress=False` hides the bar it shows when no `logger` advances one.
     """
     model.train()
@@ -116,6 +125,7 @@ def run_sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.steps))
     gen = torch.Generator().manual_seed(cfg.seed)
     stats: dict[str, float] = {}
+    first_loss = None
     # A bar of its own when no logger advances one (the RL trainer logs SFT as one record).
     from tqdm.auto import tqdm
 
@@ -126,6 +136,7 @@ def run_sft(
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
         batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
         loss, stats = sft_loss(model, batch)
+        first_loss = stats["sft/loss"] if first_loss is None else first_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["sft/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
@@ -139,27 +150,29 @@ def run_sft(
             bar.set_postfix(loss=f"{stats['sft/loss']:.3f}")
     bar.close()
     model.eval()
+    if first_loss is not None:
+        stats["sft/first_loss"] = first_loss
     return stats
 
 
 def load_demos(cfg) -> list[Trajectory]:
     """The SFT demos of a `TrainConfig`: `sft.demos` read from file, or `sft.num_demos`
-    oracle episodes of `env.train_split` (tasks drawn from `sft.seed`)."""
+    oracle episodes of `env.train_split` (tasks drawn from `sft.seed`). The oracle's envs
+    run in `env.pool_mode` with the run's pool options, as training and evaluation do: a
+    packaged env imports only in its own venv, so in-process demos would fail on it."""
     from dataclasses import replace
 
     from arborl.data import read_trajectories
+    from arborl.train.build import pool_options  # build imports this module
 
     if cfg.sft.demos:
         return read_trajectories(cfg.sft.demos)
     seeds = draw_seeds(cfg.sft.num_demos, cfg.sft.seed)
     res = run_episodes_with_policy(
-        OraclePolicy(),
-        cfg.env.id,
-        seeds,
-        replace(cfg.rollout, group_size=1),
-        split=cfg.env.train_split,
-        env_kwargs=cfg.env.kwargs,
-    )
+        OraclePolicy(), cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
+        split=cfg.env.train_split, env_kwargs=cfg.env.kwargs, pool_mode=cfg.env.pool_mode,
+        pool_options=pool_options(cfg),
+    )  # fmt: skip
     return res.trajectories
 
 
@@ -169,7 +182,7 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     With `log_steps`, every optimizer step's stats go to `logger` (`arborl sft`);
     otherwise only the final stats are logged, as step 0 (`arborl train`)."""
     demos = load_demos(cfg)
-    examples = build_sft_examples(demos, tokenizer, cfg.agent)
+    examples = build_sft_examples(demos, tokenizer, cfg.agent, cfg.rollout.max_prompt_tokens)
     log.info(
         "SFT on %d demos (%d steps) for %d optimizer steps",
         len(demos),
@@ -182,7 +195,8 @@ def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> d
     )  # fmt: skip
     if logger is not None and not log_steps:
         logger.log(0, {"phase": "sft", **stats, "sft/examples": len(examples)})
-    return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos))}
+    return {**stats, "sft/examples": float(len(examples)), "sft/demos": float(len(demos)),
+            "sft/demos_won": float(sum(t.won for t in demos))}  # fmt: skip
 
 
 def sft_job(cfg) -> dict:
@@ -194,7 +208,7 @@ def sft_job(cfg) -> dict:
     from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
-    from arborl.train.build import build_policy, set_threads
+    from arborl.train.build import build_policy, pool_options, set_threads
     from arborl.train.evaluate import evaluate_policy
     from arborl.train.runlog import MetricsLogger, RunDir
 
@@ -213,7 +227,8 @@ def sft_job(cfg) -> dict:
         backend = HFBackend(model, tokenizer, max_batch_size=128)
         after = evaluate_policy(
             backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
-            split=cfg.env.eval_split, keep_episodes=cfg.eval.save_episodes,
+            split=cfg.env.eval_split, pool_mode=cfg.env.pool_mode,
+            pool_options=pool_options(cfg), keep_episodes=cfg.eval.save_episodes,
         )  # fmt: skip
         after.pop("outcomes", None)  # per-task wins: not a metric
         sample = after.pop("sample", [])

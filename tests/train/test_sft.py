@@ -84,3 +84,42 @@ def test_sft_on_oracle_maze_demos_lowers_the_loss():
     assert [s for s, _ in logged] == list(range(15))
     assert after < 0.8 * before, (before, after)
     assert not model.training
+
+
+def test_prompts_left_cut_to_max_prompt_tokens_match_the_rollout():
+    # The rollout left-cuts prompts over rollout.max_prompt_tokens; SFT must train on the
+    # same cut prompts (a 2-turn memory of Maze makes them ~150-250 tokens: 60 cuts all).
+    model, tok = load_policy("tiny-0.1m")
+    agent = AgentConfig(memory="last_k", memory_k=2)
+    cfg = RolloutConfig(num_tasks=2, group_size=1, max_turns=3, max_new_tokens=4, seed=5,
+                        max_prompt_tokens=60)  # fmt: skip
+    res = run_rollout(HFBackend(model, tok), tok, MAZE, None, cfg, agent)
+    b, P = res.batch, res.batch.info["prompt_length"]
+    rollout_prompts = [
+        b.tensors["input_ids"][r, :P][b.tensors["attention_mask"][r, :P].bool()].tolist()
+        for r in range(len(b))
+    ]
+    assert res.stats["prompt_truncations"] == len(b) and {len(p) for p in rollout_prompts} == {60}
+    examples = build_sft_examples(res.trajectories, tok, agent, max_prompt_tokens=60)
+    assert [e.prompt_ids for e in examples] == rollout_prompts
+    uncut = build_sft_examples(res.trajectories, tok, agent)
+    assert all(len(e.prompt_ids) > 60 for e in uncut)
+
+
+def test_oracle_demos_run_in_env_pool_mode_with_the_pool_options(monkeypatch):
+    import arborl.rollout.engine as engine
+
+    modes = []
+    real = engine.make_pool
+
+    def spy(env_id, n, mode, **kw):  # record the mode, run in-process (fast)
+        modes.append((mode, kw))
+        return real(env_id, n, "inproc", **kw)
+
+    monkeypatch.setattr(engine, "make_pool", spy)
+    cfg = load_train_config(["sft.num_demos=3", "env.pool_mode=subprocess", "env.timeout_s=9"])
+    demos = load_demos(cfg)
+    assert len(demos) == 3 and all(t.won for t in demos)
+    [(mode, kw)] = modes
+    assert mode == "subprocess" and kw["timeout_s"] == 9.0 and kw["split"] == "train"
+    assert kw["short_actions"] is True  # env.kwargs still reach the env
