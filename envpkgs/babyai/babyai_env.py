@@ -125,10 +125,18 @@ class BabyAIEnv(TextEnv):
         self._bot = None  # the bot's plan belongs to the state it saw
 
     def oracle_action(self) -> str:
-        """The BabyAI bot's action (it replans from the true state every step)."""
+        """The BabyAI bot's action (it replans from the true state every step). The bot
+        is not complete: on a few levels it can end up in a state it asserts never
+        happens ("nothing left to explore"); then it is dropped, "turn left" is returned,
+        and the next call starts a fresh bot from the new state (the episode goes on and
+        may fail; docs/envs.md gives the bot's success per level)."""
         if self._bot is None:
             self._bot = BabyAIBot(self.world)
-        idx = int(self._bot.replan())
+        try:
+            idx = int(self._bot.replan())
+        except AssertionError:
+            self._bot = None
+            return "turn left"
         return next((k for k, v in ACTIONS.items() if v == idx), "toggle")
 
 
