@@ -6,7 +6,9 @@ split exactly once, in-process inside the package's venv, and prints one line pe
 and a DONE line with the success rate. `--policy random` picks uniformly among the
 admissible commands (game i's stream is `random.Random(seed * 100003 + i)`, so shards
 play the same moves as one run); `--shard K/N` plays games K, K+N, ... (run N shards in
-parallel and add their DONE lines). Run it with the package's interpreter:
+parallel and add their DONE lines); `--reverse` plays the shard's games from the last (a
+second process per shard, started later, meets the first in the middle: merge their
+lines by game, each game's moves are the same whoever plays it). Run it with the package's interpreter:
 
     ARBORL_ALFWORLD_ARCHIVES=../shared/data/alfworld PYTHONPATH=. \\
         <ARBORL_HOME>/envs/alfworld-<hash>/bin/python bench/alfworld_oracle.py valid_unseen \\
@@ -27,11 +29,12 @@ import alfworld_data as data  # noqa: E402 - the package folder is put on the pa
 import alfworld_env  # noqa: E402
 
 
-def main(split: str, policy: str, seed: int, shard: int, shards: int) -> None:
+def main(split: str, policy: str, seed: int, shard: int, shards: int, reverse: bool) -> None:
     env = alfworld_env.ALFWorldEnv(split=split)
     wins = n = steps = 0
     t0 = time.time()
-    for i, game in enumerate(data.game_files(split)):
+    games = list(enumerate(data.game_files(split)))
+    for i, game in reversed(games) if reverse else games:
         if i % shards != shard:
             continue
         rng = random.Random(seed * 100003 + i)
@@ -56,6 +59,7 @@ if __name__ == "__main__":
     p.add_argument("--policy", choices=("oracle", "random"), default="oracle")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard", default="0/1", help="K/N: play games K, K+N, ...")
+    p.add_argument("--reverse", action="store_true", help="play the shard's games last first")
     a = p.parse_args()
     k, n = (int(x) for x in a.shard.split("/"))
-    main(a.split, a.policy, a.seed, k, n)
+    main(a.split, a.policy, a.seed, k, n, a.reverse)
