@@ -86,13 +86,31 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
         default=30.0,
         help="seconds an out-of-process env call may take before it counts as an env error",
     )
+    p.add_argument(
+        "--env-kwargs",
+        default="{}",
+        help="JSON env constructor kwargs, e.g. '{\"list_actions\": true}' (ScienceWorld's "
+        "valid-action list, which the random policy draws from)",
+    )
 
 
 def pool_args(args: argparse.Namespace) -> dict:
-    """The `collect_episodes` pool settings of the shared flags."""
+    """The `collect_episodes` pool settings (and env kwargs) of the shared flags."""
     if args.env_timeout_s <= 0:
         raise SystemExit(f"--env-timeout-s {args.env_timeout_s}: must be > 0 seconds")
-    return {"pool_mode": args.pool_mode, "pool_options": {"timeout_s": args.env_timeout_s}}
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        raise SystemExit(
+            f"--env-kwargs {args.env_kwargs!r} is not JSON ({e}); e.g. '{{\"list_actions\": true}}'"
+        ) from e
+    if not isinstance(env_kwargs, dict):
+        raise SystemExit(f"--env-kwargs {args.env_kwargs!r}: must be a JSON object")
+    return {
+        "pool_mode": args.pool_mode,
+        "pool_options": {"timeout_s": args.env_timeout_s},
+        "env_kwargs": env_kwargs,
+    }
 
 
 def configs_from_args(

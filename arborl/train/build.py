@@ -16,7 +16,9 @@ The agent settings saved with a policy are `arborl.agent.settings` (one writer, 
 from __future__ import annotations
 
 import copy
+import os
 import warnings
+from typing import Any
 
 import torch
 
@@ -85,10 +87,16 @@ def build_kl_controller(cfg: TrainConfig):
     return algos.make_kl_controller("fixed", a.kl_coef)
 
 
-def pool_options(cfg: TrainConfig) -> dict[str, float]:
+def pool_options(cfg: TrainConfig) -> dict[str, Any]:
     """The per-call deadline and error budget of the run's env pools (`env.timeout_s`,
-    `env.max_env_errors`), for training and evaluation pools alike."""
-    return {"timeout_s": cfg.env.timeout_s, "max_env_errors": cfg.env.max_env_errors}
+    `env.max_env_errors`) and the servers to use (`env.urls`, with the ARBORL_TOKEN
+    token), for training and evaluation pools alike."""
+    opts: dict[str, Any] = {"timeout_s": cfg.env.timeout_s,
+                            "max_env_errors": cfg.env.max_env_errors}  # fmt: skip
+    if cfg.env.urls:
+        opts["urls"] = list(cfg.env.urls)
+        opts["token"] = os.environ.get("ARBORL_TOKEN")
+    return opts
 
 
 def build_train_pool(cfg: TrainConfig, num_envs: int | None = None):

@@ -57,11 +57,18 @@ class EnvConfig:
     """RL task-prompt parquet (verl-style rows, e.g. `arborl curate`'s `train/rl.parquet`):
     RL draws its tasks from the `extra_info.seed` of this env's rows instead of random
     seeds of `train_split`. None: random seeds."""
-    pool_mode: Literal["auto", "inproc", "subprocess", "ray", "http"] = "inproc"
+    pool_mode: Literal["auto", "inproc", "subprocess", "ray", "http", "openenv"] = "inproc"
     """Where the training envs run (`arborl.envs.make_pool`): in this process, in worker
-    processes, in Ray actors or behind local HTTP env servers; "auto" takes an env
+    processes, in Ray actors, behind HTTP env servers (local ones the pool starts, or
+    `env.urls`), or on the OpenEnv servers at `env.urls` ("openenv"); "auto" takes an env
     package's preferred mode (`arborl env add`). Out-of-process envs of a package run in
     its isolated interpreter (`arborl env setup ID` first)."""
+    urls: list[str] = field(default_factory=list)
+    """Env servers the pool connects to instead of starting its own, e.g.
+    `["http://127.0.0.1:8000"]`: required by pool_mode=openenv (`arborl env serve ID
+    --protocol openenv`, or any openenv-core server), optional for pool_mode=http
+    (`arborl env serve ID`); their bearer token is the ARBORL_TOKEN environment variable.
+    Empty: none (the other modes start their envs themselves)."""
     timeout_s: float = field(default=30.0, metadata={"min": 0.001})
     """Seconds one call to an out-of-process env (reset, step) may take before it counts
     as an env error (pool modes subprocess, ray, http; in-process calls cannot time out)."""
@@ -70,6 +77,20 @@ class EnvConfig:
     tolerates: they are left out of the advantage groups and the loss, counted per step
     as `rollout/env_errors`, and past this many the run stops with an error (also each
     pool's limit on failed env calls)."""
+
+    def validate(self, prefix: str = "env") -> None:
+        if self.pool_mode == "openenv" and not self.urls:
+            raise ConfigError(
+                f"{prefix}.pool_mode=openenv drives OpenEnv servers someone runs, but "
+                f"{prefix}.urls is empty; set {prefix}.urls=[http://HOST:PORT] (for an arborl "
+                "env: `arborl env serve ID --protocol openenv`)"
+            )
+        if self.urls and self.pool_mode not in ("http", "openenv"):
+            raise ConfigError(
+                f"{prefix}.urls={self.urls} is only read by pool_mode http or openenv, but "
+                f"{prefix}.pool_mode={self.pool_mode!r}; set {prefix}.pool_mode or clear "
+                f"{prefix}.urls"
+            )
 
 
 @dataclass

@@ -1,5 +1,9 @@
 """BabyAI levels (minigrid) as arborl text envs, with the BabyAI bot as oracle.
 
+One class, `BabyAIEnv(level="BabyAI-GoTo-v0")`, runs any of the BabyAI levels minigrid
+registers (`LEVELS`); the manifest registers each as `babyai/<Name>-vN` with the level in
+its kwargs (`babyai_levels.py manifest` writes those entries).
+
 The observation is the mission plus arborl's language view of the egocentric window
 (`babyai_text.describe`). Actions are six fixed phrases (`available_actions`); anything
 else is `valid_action=False` and changes nothing. `won` is minigrid's success (a positive
@@ -32,15 +36,45 @@ SEED_RANGES = {
 """Disjoint task-seed ranges per split."""
 
 
+LEVELS = tuple(k for k in gym.registry if k.startswith("BabyAI-"))
+"""Every BabyAI level id minigrid registers (96 in minigrid 3.2.0)."""
+SUMMARIES = {
+    "BabyAI-GoToLocal-v0": "GoToLocal: go to the named object.",
+    "BabyAI-PickupLoc-v0": "PickupLoc: pick up the named object.",
+    "BabyAI-OpenDoor-v0": "OpenDoor: open the named door.",
+    "BabyAI-PutNextLocal-v0": "PutNextLocal: put one object next to another.",
+}
+"""The task line of the first four levels arborl shipped (kept word for word); the others
+get a generic one."""
+
+
+def level_name(level: str) -> str:
+    """`BabyAI-GoToObjS6-v1` -> `GoToObjS6-v1`, the part after arborl's `babyai/`."""
+    return level.removeprefix("BabyAI-")
+
+
 class BabyAIEnv(TextEnv):
-    """One BabyAI level; subclasses set `level` and `description`."""
+    """One BabyAI level, named by its minigrid id (`level`; the class default for the
+    four preset subclasses below)."""
 
     level = ""
+    default_max_turns = 64
     action_format = "one of: " + ", ".join(ACTIONS)
     _state_attrs = ("world", "success")
 
-    def __init__(self, split: str = "train", max_turns: int | None = None) -> None:
+    def __init__(self, split: str = "train", max_turns: int | None = None,
+                 level: str | None = None) -> None:  # fmt: skip
+        level = level or type(self).level
+        if level not in LEVELS:
+            raise ValueError(
+                f"level={level!r} is not a BabyAI level of minigrid; use one of "
+                f"{', '.join(LEVELS[:4])}, ... ({len(LEVELS)} in all, babyai_env.LEVELS)"
+            )
         super().__init__(split, max_turns)
+        self.level = level
+        self.env_id = f"babyai/{level_name(level)}"
+        task = SUMMARIES.get(level, f"{level_name(level).split('-')[0]}: carry out the mission.")
+        self.description = f"BabyAI {task} You see a 7x7 window ahead."
         self.world = None
         self.success = False
         self._bot = None
@@ -91,23 +125,27 @@ class BabyAIEnv(TextEnv):
         self._bot = None  # the bot's plan belongs to the state it saw
 
     def oracle_action(self) -> str:
-        """The BabyAI bot's action (it replans from the true state every step)."""
+        """The BabyAI bot's action (it replans from the true state every step). The bot
+        is not complete: on a few levels it can end up in a state it asserts never
+        happens ("nothing left to explore"); then it is dropped, "turn left" is returned,
+        and the next call starts a fresh bot from the new state (the episode goes on and
+        may fail; docs/envs.md gives the bot's success per level)."""
         if self._bot is None:
             self._bot = BabyAIBot(self.world)
-        idx = int(self._bot.replan())
+        try:
+            idx = int(self._bot.replan())
+        except AssertionError:
+            self._bot = None
+            return "turn left"
         return next((k for k, v in ACTIONS.items() if v == idx), "toggle")
 
 
-def _level(name: str, level: str, text: str) -> type:
-    return type(name, (BabyAIEnv,), {
-        "env_id": f"babyai/{name.removesuffix('Env')}-v0", "level": level,
-        "default_max_turns": 64, "description": f"BabyAI {text} You see a 7x7 window ahead.",
-    })  # fmt: skip
+def _preset(name: str, level: str) -> type:
+    return type(name, (BabyAIEnv,), {"level": level, "env_id": f"babyai/{level_name(level)}"})
 
 
-GoToLocalEnv = _level("GoToLocalEnv", "BabyAI-GoToLocal-v0", "GoToLocal: go to the named object.")
-PickupLocEnv = _level("PickupLocEnv", "BabyAI-PickupLoc-v0", "PickupLoc: pick up the named object.")
-OpenDoorEnv = _level("OpenDoorEnv", "BabyAI-OpenDoor-v0", "OpenDoor: open the named door.")
-PutNextLocalEnv = _level(
-    "PutNextLocalEnv", "BabyAI-PutNextLocal-v0", "PutNextLocal: put one object next to another."
-)
+# The first four levels' own classes, kept for code that names them.
+GoToLocalEnv = _preset("GoToLocalEnv", "BabyAI-GoToLocal-v0")
+PickupLocEnv = _preset("PickupLocEnv", "BabyAI-PickupLoc-v0")
+OpenDoorEnv = _preset("OpenDoorEnv", "BabyAI-OpenDoor-v0")
+PutNextLocalEnv = _preset("PutNextLocalEnv", "BabyAI-PutNextLocal-v0")

@@ -3,7 +3,12 @@
 The agent sees a 7x7 egocentric window: it stands at the bottom centre, facing up. Each
 visible object that is not floor or wall is described by colour, type, state and offset
 ("a red ball 2 steps forward and 1 step to the left"), nearest first; the cell ahead is
-named too, so "a wall right in front of you" tells the agent it cannot move. This is the
+named too, so "a wall right in front of you" tells the agent it cannot move. Doors say
+their state (open, closed, locked); a box is named like any object (it may hold one:
+toggling it opens it and leaves what it held). Walls are otherwise silent, so in the
+multi-room levels a line gives the nearest wall straight ahead, to the left and to the
+right ("Walls: 3 steps forward, 1 step to the left."); the view does not see through
+walls, and what is behind one is never described. This is the
 kind of view BabyAI-Text (GLAM) and BALROG give their agents; its wording is arborl's.
 Pure numpy over `obs["image"]`, so it is tested without a simulator.
 """
@@ -37,6 +42,22 @@ def _name(obj: str, color_idx: int, state_idx: int) -> str:
     return f"a {color} {obj}"
 
 
+def _walls(image) -> str:
+    """The nearest wall straight ahead and on either side of the agent, within the view."""
+    rays = (
+        ("forward", [(AGENT_COL, AGENT_ROW - d) for d in range(1, AGENT_ROW + 1)]),
+        ("to the left", [(AGENT_COL - d, AGENT_ROW) for d in range(1, AGENT_COL + 1)]),
+        ("to the right", [(AGENT_COL + d, AGENT_ROW) for d in range(1, image.shape[0] - AGENT_COL)]),
+    )  # fmt: skip
+    found = []
+    for word, cells in rays:
+        for d, (col, row) in enumerate(cells, start=1):
+            if IDX_TO_OBJECT[int(image[col, row, 0])] == "wall":
+                found.append(_steps(d, word))
+                break
+    return "Walls: " + ", ".join(found) + "." if found else "No walls in sight."
+
+
 def describe(image, carrying: str | None = None) -> str:
     """The text view of one egocentric `image` (shape (7, 7, 3): object, colour, state)."""
     seen = []
@@ -59,5 +80,6 @@ def describe(image, carrying: str | None = None) -> str:
     elif ahead not in SILENT:
         cell = image[AGENT_COL, AGENT_ROW - 1]
         lines.append(f"Right in front of you is {_name(ahead, int(cell[1]), int(cell[2]))}.")
+    lines.append(_walls(image))
     lines.append(f"You are carrying {carrying}." if carrying else "You are carrying nothing.")
     return "\n".join(lines)

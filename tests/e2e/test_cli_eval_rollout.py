@@ -134,3 +134,21 @@ def test_rollout_and_eval_run_envs_in_the_pool_mode_asked_for(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _rollout(out, "--pool-mode", "carrier-pigeon")
     assert "invalid choice: 'carrier-pigeon'" in capsys.readouterr().err
+
+
+def test_env_kwargs_reach_the_env_and_bad_ones_are_named(tmp_path, capsys):
+    turns = {}
+    for size in (4, 10):
+        out = tmp_path / f"eval{size}.json"
+        code = main(["eval", "--policy", "oracle", "--env", "arborl/Maze-v0", "--num-episodes",
+                     "8", "--no-baselines", "--env-kwargs", json.dumps({"size": size}),
+                     "--json", str(out)])  # fmt: skip
+        assert code == 0
+        (row,) = json.loads(out.read_text())["rows"]
+        assert row["success_rate"] == 1.0
+        turns[size] = row["mean_turns"]
+    assert turns[4] < turns[10]  # the oracle walks a longer way in the larger maze
+    for bad, says in (("{size: 4}", "is not JSON"), ("[4]", "must be a JSON object")):
+        with pytest.raises(SystemExit, match=says) as e:
+            main(["eval", "--policy", "random", "--env", "arborl/Maze-v0", "--env-kwargs", bad])
+        assert "--env-kwargs" in str(e.value)

@@ -141,6 +141,18 @@ def test_a_call_past_its_deadline_is_504_and_the_replica_restarts(tmp_path):
         assert rs.pids()[0] != pid and _healthy(c)  # the stuck replica was replaced
 
 
+def test_replicas_a_pool_starts_take_its_longer_timeout():
+    # A slow engine's pool (timeout_s=300, e.g. ALFWorld) must not be cut at the servers'
+    # 60 s default; a shorter pool timeout leaves the default.
+    for timeout_s, server_s in ((90.0, 90.0), (5.0, 60.0)):
+        pool = make_pool("arborl/Maze-v0", 1, mode="http", timeout_s=timeout_s)
+        try:
+            assert pool.transport.servers.call_timeout_s == server_s
+            assert pool.timeout_s == timeout_s
+        finally:
+            pool.close()
+
+
 def _healthy(c: httpx.Client) -> bool:
     try:
         return c.get("/health").status_code == 200

@@ -325,3 +325,25 @@ def test_arborl_pool_drives_an_openenv_core_server(openenv_core_server):
         assert obs == ["start 8"] * 3 and pool.num_env_errors == 2
     finally:
         pool.close()
+
+
+def test_trainer_pool_mode_openenv_uses_env_urls(maze_url, monkeypatch):
+    from arborl.config import ConfigError
+    from arborl.train.build import build_train_pool
+    from arborl.train.config import load_train_config
+
+    with pytest.raises(ConfigError, match=r"env\.urls is empty; set env\.urls="):
+        load_train_config(["env.pool_mode=openenv"])
+    with pytest.raises(ConfigError, match=r"env\.urls=.* only read by pool_mode http or openenv"):
+        load_train_config([f"env.urls=[{maze_url}]"])
+    monkeypatch.setenv("ARBORL_TOKEN", TOKEN)
+    cfg = load_train_config(["env.pool_mode=openenv", f"env.urls=[{maze_url}]"])
+    assert cfg.env.urls == [maze_url]
+    pool = build_train_pool(cfg, num_envs=2)
+    ref = EnvPool("arborl/Maze-v0", 2, split="train", short_actions=True)
+    try:
+        assert pool.mode == "openenv"
+        assert pool.reset([5], group_size=2) == ref.reset([5], group_size=2)
+        assert pool.step(["u", "x"]) == ref.step(["u", "x"])
+    finally:
+        pool.close()

@@ -308,7 +308,9 @@ def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = No
               token: str | None = None, replicas: int = 1, batch_calls: bool = True,
               **kw: Any) -> RemotePool:  # fmt: skip
     """`make_pool(..., mode="http")`: sessions on the servers at `urls` (with `token`), or
-    on `replicas` local servers that the pool starts now and stops on `close`.
+    on `replicas` local servers that the pool starts now and stops on `close` (their
+    `--call-timeout-s` is the pool's `timeout_s` when longer than the servers' 60 s
+    default, so a slow engine's long timeout is not cut short on the server side).
     `batch_calls`: send a step's calls to each replica as one `/batch` request (False: one
     request per call, the per-session REST routes)."""
     opts = pop_pool_options(kw)
@@ -316,8 +318,9 @@ def http_pool(env_id: str, num_envs: int, ctx: dict, urls: list[str] | None = No
     if not urls:
         from arborl.envs.remote.serve import ReplicaSet
 
+        call_timeout_s = max(60.0, float(opts.get("timeout_s", 0.0)))
         servers = ReplicaSet(env_id, replicas, python=ctx["python"], spec=ctx["spec"],
-                             token=token).start()  # fmt: skip
+                             token=token, call_timeout_s=call_timeout_s).start()  # fmt: skip
         urls, token = servers.urls, servers.token
     t = HttpTransport(urls, token or "", owned_servers=servers, batch_calls=batch_calls)
     try:

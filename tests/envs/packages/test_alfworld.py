@@ -1,5 +1,5 @@
 """ALFWorld package (envpkgs/alfworld): data resolution (fast, host-only), then in the
-package's venv: set-up, conformance through a subprocess pool, Gymnasium's checker, the
+package's venv: set-up, conformance through subprocess and HTTP pools, Gymnasium's checker, the
 benchmark's splits, replay snapshots, facts anchors, the walkthrough oracle and two RL
 steps of `arborl train env=alfworld`."""
 
@@ -130,9 +130,11 @@ def test_splits_oracle_replay_and_anchor(alfworld):
 
 
 @pytest.mark.slow
-def test_check_env_through_subprocess_pool(alfworld):
+@pytest.mark.parametrize("mode", ["subprocess", "http"])
+def test_check_env_through_pool(alfworld, mode):
     # A reset is 1.5-3 s idle but passed the pools' 30 s default on a loaded 2-core box.
-    pool = make_pool(ID, 1, mode="subprocess", split="valid_seen", timeout_s=300)
+    # HTTP: one local replica, started and stopped by the pool.
+    pool = make_pool(ID, 1, mode=mode, split="valid_seen", timeout_s=300)
     try:
         assert check_env(pool[0], num_seeds=1) == []
     finally:

@@ -1,7 +1,8 @@
 """The fast packages (BabyAI, TextWorld-Express) pass arborl's `check_env` through the
-subprocess and HTTP pools, and Gymnasium's own `env_checker` through `gymnasium.make`, in
-their isolated venvs. (ALFWorld and ScienceWorld run the same checks in their own test
-modules, with the longer timeouts their engines need.)"""
+subprocess, Ray and HTTP pools, and Gymnasium's own `env_checker` through `gymnasium.make`,
+in their isolated venvs. (ALFWorld and ScienceWorld run the same checks in their own test
+modules, with the longer timeouts their engines need.) In Ray mode the actor runs in
+Ray's interpreter and forwards to a stdio worker in the package's venv."""
 
 from __future__ import annotations
 
@@ -16,10 +17,24 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["subprocess", "http"])
+@pytest.fixture(scope="module")
+def local_ray():
+    """A private local Ray instance for the module's Ray cases, started on first use."""
+    ray = pytest.importorskip("ray")
+    from arborl.envs.remote.ray_pool import init_local_ray
+
+    if not ray.is_initialized():
+        init_local_ray(num_cpus=2, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["subprocess", "ray", "http"])
 @pytest.mark.parametrize("env_id", list(CASES))
-def test_check_env_through_pool(env_id, mode, monkeypatch, capsys):
+def test_check_env_through_pool(env_id, mode, monkeypatch, capsys, request):
     set_up(CASES[env_id][0], monkeypatch)
+    if mode == "ray":
+        request.getfixturevalue("local_ray")
     assert_checks_through_pool(env_id, mode, capsys)
 
 

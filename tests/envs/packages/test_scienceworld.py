@@ -1,5 +1,5 @@
-"""ScienceWorld package (envpkgs/scienceworld): set-up, conformance through a subprocess
-pool, Gymnasium's checker, the official variation splits, gold-path oracle, ambiguity and
+"""ScienceWorld package (envpkgs/scienceworld): set-up, conformance through subprocess and
+HTTP pools, Gymnasium's checker, the official variation splits, gold-path oracle, ambiguity and
 invalid commands, replay snapshots and text-state anchors, in the package's venv."""
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ def test_gold_oracle_splits_replay_and_anchor(sciworld):
     assert r["lazy"] is False  # the valid-action list only with list_actions=True
 
 
-def test_check_env_through_subprocess_pool(sciworld):
+@pytest.mark.parametrize("mode", ["subprocess", "http"])
+def test_check_env_through_pool(sciworld, mode):
     # The JVM starts at the first reset, so a loaded machine needs a long call timeout.
-    pool = make_pool(ID, 1, mode="subprocess", timeout_s=300)
+    # HTTP: one local replica, started and stopped by the pool.
+    pool = make_pool(ID, 1, mode=mode, timeout_s=300)
     try:
         assert check_env(pool[0], num_seeds=1) == []
     finally:
