@@ -114,19 +114,7 @@ def test_env_error_budget_stops_the_run_with_the_key_to_raise(tmp_path):
     assert trainer.step == 1  # step 0 (1 error) passed, step 1 (2 in all) stopped
 
 
-def test_evaluation_builds_its_pool_in_env_pool_mode(tmp_path, monkeypatch):
-    import arborl.rollout.engine as engine
-    import arborl.train.build as build
-
-    modes = []
-    real = engine.make_pool
-
-    def spy(env_id, n, mode, **kw):  # record the mode, run in-process (fast)
-        modes.append((mode, kw))
-        return real(env_id, n, "inproc", **kw)
-
-    monkeypatch.setattr(engine, "make_pool", spy)
-    monkeypatch.setattr(build, "make_pool", spy)
+def test_evaluation_builds_its_pool_in_env_pool_mode(tmp_path, pool_mode_spy):
     cfg = load_train_config([*TOY, f"trainer.output_dir={tmp_path}", "trainer.name=e",
                              "env.pool_mode=subprocess", "env.timeout_s=7"])  # fmt: skip
     trainer = RLTrainer(cfg)
@@ -136,7 +124,7 @@ def test_evaluation_builds_its_pool_in_env_pool_mode(tmp_path, monkeypatch):
         trainer.engine.close()
         trainer.run.close()
     assert out["episodes"] == 2.0 and out["env_errors"] == 0.0
-    (train_mode, train_kw), (eval_mode, eval_kw) = modes
+    (train_mode, train_kw), (eval_mode, eval_kw) = pool_mode_spy
     assert train_mode == eval_mode == "subprocess"
     assert eval_kw["timeout_s"] == train_kw["timeout_s"] == 7.0
     assert eval_kw["max_env_errors"] == 100 and eval_kw["split"] == "test"

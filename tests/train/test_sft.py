@@ -106,20 +106,10 @@ def test_prompts_left_cut_to_max_prompt_tokens_match_the_rollout():
     assert all(len(e.prompt_ids) > 60 for e in uncut)
 
 
-def test_oracle_demos_run_in_env_pool_mode_with_the_pool_options(monkeypatch):
-    import arborl.rollout.engine as engine
-
-    modes = []
-    real = engine.make_pool
-
-    def spy(env_id, n, mode, **kw):  # record the mode, run in-process (fast)
-        modes.append((mode, kw))
-        return real(env_id, n, "inproc", **kw)
-
-    monkeypatch.setattr(engine, "make_pool", spy)
+def test_oracle_demos_run_in_env_pool_mode_with_the_pool_options(pool_mode_spy):
     cfg = load_train_config(["sft.num_demos=3", "env.pool_mode=subprocess", "env.timeout_s=9"])
     demos = load_demos(cfg)
     assert len(demos) == 3 and all(t.won for t in demos)
-    [(mode, kw)] = modes
+    [(mode, kw)] = pool_mode_spy
     assert mode == "subprocess" and kw["timeout_s"] == 9.0 and kw["split"] == "train"
     assert kw["short_actions"] is True  # env.kwargs still reach the env
