@@ -224,7 +224,7 @@ def stage_vllm(model_dir: Path, timeout_s: float) -> dict:
 
 
 def stage_trainer(model_dir: Path, out_dir: Path, timeout_s: float, gpus: float = 1.0) -> dict:
-    missing = [m for m in ("ray", "gymnasium", "datasketch") if not _importable(m)]
+    missing = [m for m in ("ray", "gymnasium") if not _importable(m)]
     if missing:
         return {"status": "skipped", "why": f"not importable here: {', '.join(missing)} "
                 "(install arborl's requirements with a CUDA torch)"}  # fmt: skip

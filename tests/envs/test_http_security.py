@@ -219,3 +219,25 @@ def test_sigkill_of_env_serve_leaves_no_replica(tmp_path):
             if c.is_running():
                 c.kill()
         proc.stdout.close()
+
+
+def test_health_turns_stuck_only_after_the_504_had_its_grace():
+    # A supervisor that killed the replica the moment a call passed its deadline could beat
+    # the 504 to the client on a loaded machine (seen once: a dropped connection instead).
+    from fastapi.testclient import TestClient
+
+    from arborl.envs.remote.http_server import STUCK_GRACE_S, create_app
+
+    app = create_app(_slow_host(), TOKEN, call_timeout_s=0.5)
+    _slow_env.RELEASE.clear()
+    try:
+        with TestClient(app) as c:
+            sid = c.post("/sessions", json={}, headers=AUTH).json()["session_id"]
+            r = c.post(f"/sessions/{sid}/reset", json={"options": {"sleep_s": 30}}, headers=AUTH)
+            assert r.status_code == 504
+            assert c.get("/health").status_code == 200  # inside the grace: the 504 goes first
+            time.sleep(STUCK_GRACE_S + 0.3)
+            health = c.get("/health")
+            assert health.status_code == 503 and health.json()["status"] == "stuck"
+    finally:
+        _slow_env.RELEASE.set()

@@ -89,13 +89,20 @@ def host_lifespan(host, idle_timeout_s: float):
     return lifespan
 
 
+STUCK_GRACE_S = 2.0
+"""Seconds past `call_timeout_s` before `/health` calls a replica stuck (see `create_app`)."""
+
+
 def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
                call_timeout_s: float = 60.0, limits: Limits = DEFAULT_LIMITS,
                max_batch_calls: int = MAX_BATCH_CALLS) -> Any:  # fmt: skip
     """The FastAPI app serving `host`'s sessions behind bearer-token auth (`Guard`).
 
     A call running past `call_timeout_s` gets 504 at once (its thread cannot be stopped), and
-    from then on `/health` answers 503 `stuck`, so the supervisor restarts the replica.
+    `STUCK_GRACE_S` later `/health` answers 503 `stuck`, so the supervisor restarts the
+    replica. The grace lets the 504 reach its client first: a supervisor that killed the
+    replica the moment the deadline passed could beat the reply on a loaded machine, and the
+    client saw a dropped connection instead of the 504.
     """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
@@ -172,7 +179,7 @@ def create_app(host: EnvHost, token: str, idle_timeout_s: float = 600.0,
     @app.get("/health")
     async def health():
         oldest = host.oldest_call_s()
-        status = {"status": "ok" if oldest <= call_timeout_s else "stuck",
+        status = {"status": "ok" if oldest <= call_timeout_s + STUCK_GRACE_S else "stuck",
                   "env_id": host.env_id, "sessions": len(host.sessions), "pid": os.getpid(),
                   "oldest_call_s": round(oldest, 3)}  # fmt: skip
         return JSONResponse(status, status_code=200 if status["status"] == "ok" else 503)
