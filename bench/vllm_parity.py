@@ -69,7 +69,7 @@ def measure(name: str, num_prompts: int, new_tokens: int, serve: bool) -> list[d
     rows = [
         row(name, label, be, model, prompts, startup[label], new_tokens) for label, be in backends
     ]
-    del vllm, backends  # frees the engine's cores and KV cache for the server
+    del vllm, backends  # drop our references; the in-process engine may keep its KV cache
     if serve:
         t0 = time.perf_counter()
         log = Path(tempfile.mkdtemp(prefix="vllm-serve-")) / "server.log"

@@ -80,7 +80,8 @@ def launch_vllm_server(
     core this process may use unless the caller set it.
     """
     port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU
     cores = sorted(os.sched_getaffinity(0))
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{cores[0]}-{cores[-1]}")
     cmd = vllm_server_command(python, model_dir, port, api_key, served_name, **kwargs)
