@@ -1,5 +1,5 @@
 """ALFWorld package (envpkgs/alfworld): data resolution (fast, host-only), then in the
-package's venv: set-up, conformance through subprocess and HTTP pools, Gymnasium's checker, the
+package's venv: set-up, conformance through subprocess, Ray and HTTP pools, Gymnasium's checker, the
 benchmark's splits, replay snapshots, facts anchors, the walkthrough oracle and two RL
 steps of `arborl train env=alfworld`."""
 
@@ -130,10 +130,13 @@ def test_splits_oracle_replay_and_anchor(alfworld):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["subprocess", "http"])
-def test_check_env_through_pool(alfworld, mode):
+@pytest.mark.parametrize("mode", ["subprocess", "ray", "http"])
+def test_check_env_through_pool(alfworld, mode, request):
     # A reset is 1.5-3 s idle but passed the pools' 30 s default on a loaded 2-core box.
-    # HTTP: one local replica, started and stopped by the pool.
+    # HTTP: one local replica, started and stopped by the pool. Ray: an actor in Ray's
+    # interpreter forwarding to a stdio worker in the package's venv.
+    if mode == "ray":
+        request.getfixturevalue("local_ray")
     pool = make_pool(ID, 1, mode=mode, split="valid_seen", timeout_s=300)
     try:
         assert check_env(pool[0], num_seeds=1) == []

@@ -17,18 +17,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A private local Ray instance for the module's Ray cases, started on first use."""
-    ray = pytest.importorskip("ray")
-    from arborl.envs.remote.ray_pool import init_local_ray
-
-    if not ray.is_initialized():
-        init_local_ray(num_cpus=2, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("mode", ["subprocess", "ray", "http"])
 @pytest.mark.parametrize("env_id", list(CASES))
 def test_check_env_through_pool(env_id, mode, monkeypatch, capsys, request):

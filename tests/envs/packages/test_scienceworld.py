@@ -1,4 +1,4 @@
-"""ScienceWorld package (envpkgs/scienceworld): set-up, conformance through subprocess and
+"""ScienceWorld package (envpkgs/scienceworld): set-up, conformance through subprocess, Ray and
 HTTP pools, Gymnasium's checker, the official variation splits, gold-path oracle, ambiguity and
 invalid commands, replay snapshots and text-state anchors, in the package's venv."""
 
@@ -68,10 +68,13 @@ def test_gold_oracle_splits_replay_and_anchor(sciworld):
     assert r["lazy"] is False  # the valid-action list only with list_actions=True
 
 
-@pytest.mark.parametrize("mode", ["subprocess", "http"])
-def test_check_env_through_pool(sciworld, mode):
+@pytest.mark.parametrize("mode", ["subprocess", "ray", "http"])
+def test_check_env_through_pool(sciworld, mode, request):
     # The JVM starts at the first reset, so a loaded machine needs a long call timeout.
-    # HTTP: one local replica, started and stopped by the pool.
+    # HTTP: one local replica, started and stopped by the pool. Ray: an actor in Ray's
+    # interpreter forwarding to a stdio worker in the package's venv.
+    if mode == "ray":
+        request.getfixturevalue("local_ray")
     pool = make_pool(ID, 1, mode=mode, timeout_s=300)
     try:
         assert check_env(pool[0], num_seeds=1) == []
