@@ -36,12 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_policy_args(p, default_split="test")
     p.add_argument("--json", default=None, help="also write the table as JSON to this file")
     p.add_argument("--no-baselines", action="store_true", help="skip the random and oracle rows")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     add_search_args(p, required=False)  # --search A --budget N: the policy under search
     p.set_defaults(func=run)
 
 
 def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     """One table row: run `policy_spec` on the shared tasks and summarise."""
+    from tqdm import tqdm
+
     from arborl.rollout import collect_episodes, make_policy
 
     if args.algo is not None and policy_spec == args.policy:
@@ -49,6 +52,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
 
     cfg, agent = configs_from_args(args, group_size=1)
     policy = make_policy(policy_spec, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
+    bar = tqdm(total=args.num_episodes, desc=f"{policy_spec} episodes", disable=args.no_progress)
     try:
         result = collect_episodes(
             policy,
@@ -58,10 +62,13 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
             split=args.split,
             seed=args.seed,
             chunk_episodes=args.chunk_episodes,
+            progress=bar.update,
             **pool_args(args),
         )
     except NotImplementedError as e:  # e.g. an env without an oracle
         return {"policy": policy_spec, "error": str(e)}
+    finally:
+        bar.close()
     s = result.stats
     return {
         "policy": policy_spec,
@@ -74,6 +81,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
         "format_ok_rate": s["format_ok_rate"],
         "episodes": s["episodes"],
         "wall_s": s["wall_s"],
+        "lost_tasks": [t.task_id for t in result.trajectories if not t.won],
     }
 
 
