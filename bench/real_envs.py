@@ -4,17 +4,21 @@ For each env: reset time and steps/s of the oracle's actions in-process (inside 
 package's own venv, the env object called directly), steps/s through a subprocess pool
 of `--num-workers` workers driven from this process, and the peak RSS of one env's
 process. The packages must be set up (`arborl env setup ID`); set-up time is what
-`arborl env setup` printed, not re-measured here.
+`arborl env setup` printed, not re-measured here. Each row records the load average
+before and after it; the JSON (default `bench/results/real_envs.json`) also has the CPU.
 
-    ARBORL_HOME=~/.cache/arborl-test/home python bench/real_envs.py --json real_envs.json
+    ARBORL_HOME=~/.cache/arborl-test/home python bench/real_envs.py --envs sciworld/ScienceWorld-v0
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
+
+from common import cpu_facts, write_json
 
 from arborl.envs import make_pool
 from arborl.envs.packages.isolate import interpreter_for
@@ -77,7 +81,7 @@ def main() -> None:
     p.add_argument("--envs", nargs="*", default=list(ENVS), help="env ids to measure")
     p.add_argument("--episodes", type=int, default=4, help="oracle episodes per measurement")
     p.add_argument("--num-workers", type=int, default=2, help="subprocess pool size")
-    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--json", default=None, help="JSON file (default bench/results/real_envs.json)")
     args = p.parse_args()
     rows = []
     print(
@@ -85,14 +89,16 @@ def main() -> None:
         f"{args.num_workers} | RSS MB |\n|---|---|---|---|---|---|"
     )
     for env_id in args.envs:
+        load_before = os.getloadavg()[0]
         r = inproc(env_id, ENVS[env_id], args.episodes)
         r["env"], r["pool_steps_per_s"] = env_id, pooled(env_id, args.num_workers, args.episodes)
+        r["loadavg_before_after"] = [load_before, os.getloadavg()[0]]
         rows.append(r)
         print(f"| {env_id} | {r['make_s']:.2f} | {r['reset_s']:.3f} | {r['steps_per_s']:.1f} | "
               f"{r['pool_steps_per_s']:.1f} | {r['rss_mb']:.0f} |", flush=True)  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    doc = {"machine": cpu_facts(), "episodes": args.episodes, "num_workers": args.num_workers,
+           "rows": rows}  # fmt: skip
+    print(f"wrote {write_json(doc, args.json, 'real_envs')}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Default constructor kwargs; `make(id, **kw)` overrides them."""
     max_turns: int | None = None
-    """Turn limit passed as `max_turns=` unless the caller gives one (None: env default)."""
+    """Turn limit: passed as `max_turns=` to an env that takes it, else enforced by a
+    `TurnLimit` wrapper; a `max_turns` the caller gives `make` replaces it (None: the env's
+    own default)."""
     description: str = ""
     """One line for `arborl env list`."""
     heuristic: Any = None
@@ -164,17 +166,21 @@ def _check_kwargs(env_id: str, creator: Any, kwargs: dict[str, Any]) -> None:
 
 
 def make(id: str, **kwargs: Any) -> Any:
-    """Build the env registered as `id`; `kwargs` override the spec's defaults."""
+    """Build the env registered as `id`; `kwargs` override the spec's defaults.
+
+    `max_turns` works for every env: passed on where the constructor takes it, enforced by
+    a `TurnLimit` wrapper where it does not."""
     env_spec = spec(id)
     creator = env_spec.load()
     all_kwargs = {**env_spec.kwargs, **kwargs}
+    turns = all_kwargs.pop("max_turns", None) or env_spec.max_turns  # the caller's, else the spec's
     limit = None  # the framework's turn limit, for an env that does not take `max_turns`
-    if env_spec.max_turns is not None and "max_turns" not in all_kwargs:
+    if turns is not None:
         accepted = _keyword_params(creator)
         if accepted is None or "max_turns" in accepted:
-            all_kwargs["max_turns"] = env_spec.max_turns
+            all_kwargs["max_turns"] = turns
         else:
-            limit = env_spec.max_turns
+            limit = turns
     _check_kwargs(id, creator, all_kwargs)
     env = creator(**all_kwargs)
     if limit is not None:

@@ -8,7 +8,7 @@ from arborl.lazy import lazy_exports
 
 _EXPORTS = {
     "arborl.rollout.batching": ("build_batch", "build_episode_batch", "build_step_batch"),
-    "arborl.rollout.config": ("VIEWS", "RolloutConfig"),
+    "arborl.rollout.config": ("VIEWS", "RolloutConfig", "with_turn_limit"),
     "arborl.rollout.engine": (
         "RolloutResult",
         "collect_episodes",

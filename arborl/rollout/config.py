@@ -8,6 +8,7 @@ Checked at construction so a bad value fails before any env is built or token sa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 VIEWS = ("step", "episode")
 
@@ -21,7 +22,9 @@ class RolloutConfig:
     group_size: int = 1
     """Episodes per task, sharing its seed (GRPO-style groups)."""
     max_turns: int | None = None
-    """Turn limit per episode; None uses the env's own `max_turns`."""
+    """Turn limit per episode; None uses the env's own `max_turns`. Envs the rollout builds
+    from an id are made with this limit (above or below their default); a pool passed in
+    keeps its envs' limits, and this only lowers them."""
     max_new_tokens: int = 16
     """Largest number of tokens generated in one turn."""
     max_episode_tokens: int | None = None
@@ -93,3 +96,12 @@ class RolloutConfig:
             )
         if self.top_k < 0:
             raise ValueError(f"{prefix}.top_k={self.top_k!r} must be >= 0 (0 disables)")
+
+
+def with_turn_limit(env_kwargs: dict[str, Any], max_turns: int | None) -> dict[str, Any]:
+    """`env_kwargs` that build envs with the rollout's turn limit (`arborl.envs.make` passes
+    it on or wraps the env), so a limit above the env's default is honoured rather than
+    capped at it; an explicit `max_turns` env kwarg wins."""
+    if max_turns is None or "max_turns" in env_kwargs:
+        return env_kwargs
+    return {**env_kwargs, "max_turns": max_turns}

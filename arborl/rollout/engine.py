@@ -28,7 +28,7 @@ from arborl.data.trajectory import Trajectory
 from arborl.envs import Pool, make_pool
 from arborl.generation.base import GenerationBackend
 from arborl.rollout.batching import build_batch
-from arborl.rollout.config import RolloutConfig
+from arborl.rollout.config import RolloutConfig, with_turn_limit
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
 from arborl.rollout.metrics import episode_stats
 from arborl.rollout.policies import Decision, LMPolicy, Policy
@@ -194,8 +194,8 @@ def run_episodes_with_policy(
     if not seeds:
         raise ValueError("seeds is empty; pass at least one task seed (or seeds=None)")
     pool, env_id = _resolve_pool(
-        pool_or_env_id, len(seeds) * cfg.group_size, split, env_kwargs or {}, pool_mode,
-        pool_options,
+        pool_or_env_id, len(seeds) * cfg.group_size, split,
+        with_turn_limit(env_kwargs or {}, cfg.max_turns), pool_mode, pool_options,
     )  # fmt: skip
     try:
         episodes = _run_turns(policy, pool, seeds, cfg, options, progress)

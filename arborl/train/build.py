@@ -25,6 +25,7 @@ import torch
 from arborl import algos
 from arborl.envs import make_pool
 from arborl.models import ValueModel, apply_lora, load_policy
+from arborl.rollout.config import with_turn_limit
 from arborl.train.config import TrainConfig
 from arborl.train.sft import lr_lambda
 
@@ -103,7 +104,7 @@ def build_train_pool(cfg: TrainConfig, num_envs: int | None = None):
     """The training env pool in `env.pool_mode` (default: one env per episode of a step)."""
     n = num_envs if num_envs is not None else cfg.rollout.num_tasks * cfg.rollout.group_size
     mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
-    opts = {**pool_options(cfg), **cfg.env.kwargs}
+    opts = {**pool_options(cfg), **with_turn_limit(cfg.env.kwargs, cfg.rollout.max_turns)}
     return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **opts)
 
 

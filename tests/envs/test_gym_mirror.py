@@ -86,6 +86,17 @@ def test_register_max_turns_wraps_an_env_that_does_not_take_it():
     assert env.env_id == "user/NoTurnCount-v0"  # set by make, on the wrapped env
 
 
+def test_make_takes_a_turn_limit_for_any_env():
+    register("user/NoTurnCount-v0", NoTurnCount, max_turns=3)
+    env = make("user/NoTurnCount-v0", max_turns=5)  # the caller's limit replaces the spec's
+    assert isinstance(env, TurnLimit) and env.max_turns == 5
+    register("user/NoTurnCountRaw-v0", NoTurnCount)
+    env = make("user/NoTurnCountRaw-v0", max_turns=2)  # was a TypeError: not a kwarg it takes
+    env.reset(seed=0)
+    assert [env.step("no")[3] for _ in range(2)] == [False, True]
+    assert make("arborl/Maze-v0", max_turns=40).max_turns == 40  # passed to a constructor
+
+
 def test_check_env_accepts_an_env_without_its_own_turn_limit():
     register("user/NoTurnCount-v0", NoTurnCount, max_turns=3)
     check_env("user/NoTurnCount-v0")  # truncation at the registered limit is checked

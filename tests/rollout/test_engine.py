@@ -49,6 +49,19 @@ def test_groups_share_tasks(policy, backend):
     assert first[0] == first[1] == first[2] != first[3]
 
 
+def test_max_turns_above_the_envs_default_is_honoured():
+    """Envs built from an id get the rollout's limit, also above their default (Maze: 16);
+    a pool passed in keeps its envs' limits, which the rollout can only lower."""
+    seeds = list(range(8))
+    for limit, cap in [(40, 40), (5, 5), (None, 16)]:
+        res = run_episodes_with_policy(RandomPolicy(0), MAZE, seeds, RolloutConfig(max_turns=limit))
+        turns = [len(ep.turns) for ep in res.episodes]
+        assert max(turns) == cap, (limit, turns)  # random moves rarely solve a maze
+    pool = EnvPool(lambda: MazeEnv(max_turns=6), 8)
+    res = run_episodes_with_policy(RandomPolicy(0), pool, seeds, RolloutConfig(max_turns=40))
+    assert max(len(ep.turns) for ep in res.episodes) == 6
+
+
 def test_max_turns_truncates(policy, backend):
     cfg = RolloutConfig(group_size=2, max_new_tokens=3, max_turns=3)
     res = run_rollout(backend, policy[1], MAZE, [0, 1], cfg, AGENT)

@@ -52,3 +52,16 @@ def test_episode_view_is_refused_at_start_not_at_the_first_step():
     with pytest.raises(ValueError, match=r"rollout.view='episode' .* set rollout.view=step"):
         load_train_config(["rollout.view=episode", "agent.memory=full"])
     assert load_train_config(["rollout.view=step"]).rollout.view == "step"
+
+
+def test_train_pool_builds_envs_with_the_rollouts_turn_limit():
+    """rollout.max_turns above the env's default (Maze: 16) reaches the envs themselves."""
+    from arborl.train.build import build_train_pool
+
+    for limit, expected in [(40, 40), (None, 16)]:
+        sets = [] if limit is None else [f"rollout.max_turns={limit}"]
+        pool = build_train_pool(load_train_config(sets), num_envs=2)
+        try:
+            assert [env.max_turns for env in pool] == [expected, expected]
+        finally:
+            pool.close()
