@@ -23,7 +23,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
-from arborl.generation.lean import LeanDecoder
+from arborl.generation.lean import LeanDecoder, weights_key
 from arborl.models.scoring import cache_kwarg, position_ids_from_mask
 
 
@@ -188,7 +188,11 @@ class _Row:
 
 
 class HFBackend:
-    """`GenerationBackend` over an in-process HF causal LM (batched, KV cache, pruning)."""
+    """`GenerationBackend` over an in-process HF causal LM (batched, KV cache, pruning).
+
+    `lean_decode=False` runs every decode step through the model's HF forward, even where
+    `LeanDecoder` can stand in for it (same numbers to float rounding; for comparisons).
+    """
 
     def __init__(
         self,
@@ -363,11 +367,6 @@ class HFBackend:
         an encoding made inside another batch can differ in float rounding."""
         self._encoded, self._encoded_key, self._encoded_bytes = {}, (), 0
 
-    def _weights_key(self) -> tuple:
-        """Changes whenever a parameter is written in place (an optimizer step, a
-        `load_state_dict`) or replaced: remembered prompt encodings are then stale."""
-        return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
-
     def _left_padded(self, prompts: list, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, attention mask) of `prompts` left-padded to `width`, on the model's device."""
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
@@ -406,7 +405,7 @@ class HFBackend:
         """`_prefill` from remembered prompt encodings: within an RL step the weights stay
         put while the same states come back turn after turn, so each distinct prompt is
         encoded once (per weights) and its keys and values are copied into place."""
-        key = self._weights_key()
+        key = weights_key(self.model)
         if key != self._encoded_key or self._encoded_bytes > MAX_ENCODED_BYTES:
             self._encoded, self._encoded_key, self._encoded_bytes = {}, key, 0
         rows = [tuple(p) for p in prompts]

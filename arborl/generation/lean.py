@@ -28,6 +28,12 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 every position of a call."""
 
 
+def weights_key(model: torch.nn.Module) -> tuple:
+    """Changes whenever a parameter is written in place (an optimizer step, a
+    `load_state_dict`) or replaced: anything derived from the weights is then stale."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
 def _unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why the lean step cannot stand in for `model`'s forward (None when it can)."""
     name = type(model).__name__
@@ -36,6 +42,8 @@ def _unsupported_reason(model: torch.nn.Module) -> str | None:
     cfg = model.config
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return f"attention implementation {getattr(cfg, '_attn_implementation', None)!r}"
+    if getattr(cfg, "attention_dropout", 0.0):
+        return "attention dropout"
     if getattr(cfg, "hidden_act", None) != "silu":
         return f"activation {getattr(cfg, 'hidden_act', None)!r}"
     types = getattr(cfg, "layer_types", None) or ["full_attention"]
@@ -60,7 +68,7 @@ class LeanDecoder:
     """One-token-per-row decode steps over a supported HF causal LM's weights.
 
     `refresh()` (cheap when nothing changed) re-reads the weights after an optimizer step
-    or a `load_state_dict`; `rotary(capacity)` builds a call's cos/sin tables; `step`
+    or a `load_state_dict`; `rotary` builds a call's cos/sin tables; `step`
     runs one decode step against `_BufferLayer`-style caches (attributes `_keys`, `_values`
     of shape (B, Hkv, capacity, D) and `length`).
     """
@@ -85,7 +93,7 @@ class LeanDecoder:
 
     def refresh(self) -> None:
         """Rebuild the concatenated weights if any parameter changed since the last call."""
-        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        key = weights_key(self.model)
         if key == self._key:
             return
         self._layers = [self._layer_weights(layer) for layer in self.model.model.layers]
