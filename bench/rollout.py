@@ -17,6 +17,8 @@ The baselines rebuild each turn's prompt with `arborl.agent.build_prompt`, parse
 `parse_action` and step the same `EnvPool`, so they differ from arborl only in generation.
 Methods run interleaved (A B C A B C ...) and the table shows medians. Sampled trajectories
 differ between methods (different RNG streams), so tokens per episode are reported too.
+Each run's wall time and process CPU time are both kept: on a shared machine the wall
+time swings with the other jobs, while 1-thread CPU time is close to a quiet core's.
 
     python bench/rollout.py                   # full run (~3 min on 2 cores)
     python bench/rollout.py --quick --repeats 1
@@ -42,6 +44,8 @@ from arborl.rollout import run_rollout
 from arborl.rollout.config import RolloutConfig
 
 METHODS = ("arborl", "naive", "trl")
+TARGET_OVER_TRL = 1.5
+"""Issue 20's target: arborl's generated tokens per second at least this many times TRL's."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def trl_generate(trainer):
 def run_method(method: str, model, tok, case: EnvCase, seeds: list[int], rep: int, trainers):
     model.eval()
     torch.manual_seed(rep)  # HF generate samples from the global RNG
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if method == "arborl":
         cfg = RolloutConfig(max_new_tokens=case.max_new_tokens, temperature=1.0, seed=rep)
         pool = EnvPool(case.env_id, len(seeds), max_turns=case.max_turns)
@@ -198,11 +202,13 @@ def run_method(method: str, model, tok, case: EnvCase, seeds: list[int], rep: in
         counts = play_episodes(naive_generate(model, tok, case, 1.0), tok, case, seeds, True)
     else:
         counts = play_episodes(trl_generate(trainers[case]), tok, case, seeds, False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         **counts,
         "tokens_per_s": counts["generated_tokens"] / wall,
+        "tokens_per_cpu_s": counts["generated_tokens"] / cpu,
         "episodes_per_s": len(seeds) / wall,
         "env_steps_per_s": counts["env_steps"] / wall,
         "tokens_per_episode": counts["generated_tokens"] / len(seeds),
@@ -210,7 +216,15 @@ def run_method(method: str, model, tok, case: EnvCase, seeds: list[int], rep: in
 
 
 def summarize(runs: dict[str, list[dict]]) -> dict[str, Any]:
-    keys = ("wall_s", "tokens_per_s", "episodes_per_s", "env_steps_per_s", "tokens_per_episode")
+    keys = (
+        "wall_s",
+        "cpu_s",
+        "tokens_per_s",
+        "tokens_per_cpu_s",
+        "episodes_per_s",
+        "env_steps_per_s",
+        "tokens_per_episode",
+    )
     summary = {m: {k: median([r[k] for r in rs]) for k in keys} for m, rs in runs.items()}
     for base in ("naive", "trl"):
         # Ratios of medians, and the median of per-repeat ratios (paired, same load).
@@ -221,6 +235,9 @@ def summarize(runs: dict[str, list[dict]]) -> dict[str, Any]:
                 summary["arborl"]["episodes_per_s"], summary[base]["episodes_per_s"]
             ),
             "tokens_per_s_paired_median": median(paired),
+            "tokens_per_cpu_s": ratio(
+                summary["arborl"]["tokens_per_cpu_s"], summary[base]["tokens_per_cpu_s"]
+            ),
         }
     return summary
 
@@ -263,7 +280,7 @@ def main() -> None:
                     runs[c][m].append(r)
                     print(
                         f"rep {rep} {c.env_id:22s} {m:6s} {r['wall_s']:7.2f}s "
-                        f"{r['tokens_per_s']:8.1f} tok/s",
+                        f"{r['tokens_per_s']:8.1f} tok/s {r['cpu_s']:6.2f} CPU s",
                         flush=True,
                     )
     result: dict[str, Any] = {
@@ -291,33 +308,48 @@ def main() -> None:
         )
         for m in METHODS:
             s = summary[m]
-            vs = {
-                "arborl": "",
-                **{b: summary[f"arborl_over_{b}"]["tokens_per_s"] for b in ("naive", "trl")},
-            }
+            vs = {"arborl": ("", "")}
+            for b in ("naive", "trl"):
+                over = summary[f"arborl_over_{b}"]
+                vs[b] = (over["tokens_per_s"], over["tokens_per_cpu_s"])
             rows.append(
                 [
                     c.env_id,
                     m,
                     s["tokens_per_s"],
+                    s["tokens_per_cpu_s"],
                     s["episodes_per_s"],
                     s["env_steps_per_s"],
                     s["tokens_per_episode"],
                     s["wall_s"],
-                    vs[m],
+                    s["cpu_s"],
+                    *vs[m],
                 ]
             )
     headers = [
         "env",
         "method",
         "tok/s",
+        "tok/CPU s",
         "episodes/s",
         "env steps/s",
         "tok/episode",
         "wall s",
+        "CPU s",
         "arborl speed-up (tok/s)",
+        "arborl speed-up (tok/CPU s)",
     ]
     print(format_table(headers, rows))
+    for case in result["cases"]:
+        over = case["summary"]["arborl_over_trl"]
+        met = min(over["tokens_per_s"], over["tokens_per_cpu_s"]) >= TARGET_OVER_TRL
+        case["met"] = met
+        print(
+            f"{case['env_id']}: arborl / TRL {over['tokens_per_s']:.2f}x (wall), "
+            f"{over['tokens_per_cpu_s']:.2f}x (CPU); target >= {TARGET_OVER_TRL}x "
+            f"{'met' if met else 'NOT met'}"
+        )
+    result["target_over_trl"] = TARGET_OVER_TRL
     print(f"load average after: {result['machine']['loadavg']}")
     print(f"wrote {write_json(result, args.out, 'rollout')}")
 

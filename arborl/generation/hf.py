@@ -23,6 +23,7 @@ from transformers import DynamicCache, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
+from arborl.generation.lean import LeanDecoder, weights_key
 from arborl.models.scoring import cache_kwarg, position_ids_from_mask
 
 
@@ -149,14 +150,11 @@ class _BufferLayer(DynamicLayer):
         self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
         return self.keys, self.values
 
-    def fill(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Start from ready keys and values (B, H, T, D) of the first T positions."""
-        b, h, t, d = keys.shape
-        self._keys = keys.new_empty((b, h, self.capacity, d))
-        self._values = values.new_empty((b, h, self.capacity, values.shape[-1]))
-        self._keys[:, :, :t], self._values[:, :, :t] = keys, values
-        self.device, self.is_initialized, self.length = keys.device, True, t
-        self.keys, self.values = self._keys[:, :, :t], self._values[:, :, :t]
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        """Take ready buffers (B, H, capacity, D) whose first `length` positions are filled."""
+        self._keys, self._values = keys, values
+        self.device, self.is_initialized, self.length = keys.device, True, length
+        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
@@ -190,7 +188,11 @@ class _Row:
 
 
 class HFBackend:
-    """`GenerationBackend` over an in-process HF causal LM (batched, KV cache, pruning)."""
+    """`GenerationBackend` over an in-process HF causal LM (batched, KV cache, pruning).
+
+    `lean_decode=False` runs every decode step through the model's HF forward, even where
+    `LeanDecoder` can stand in for it (same numbers to float rounding; for comparisons).
+    """
 
     def __init__(
         self,
@@ -200,6 +202,7 @@ class HFBackend:
         max_batch_size: int = 64,
         seed: int = 0,
         skip_special_tokens: bool = False,
+        lean_decode: bool = True,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
@@ -233,6 +236,11 @@ class HFBackend:
             isinstance(x, _BufferLayer) for x in probe.layers
         )
         self._remember_prompts = self._remember_prompts and bool(probe.layers)
+        # Decode steps skip the HF module tree where `LeanDecoder` reproduces the forward
+        # (it writes into the buffered cache layers, which remembered prompts guarantee).
+        self._lean = None
+        if lean_decode and self._remember_prompts and LeanDecoder.supports(model):
+            self._lean = LeanDecoder(model)
         self._encoded: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._encoded_key: tuple = ()
         self._encoded_bytes = 0
@@ -293,6 +301,10 @@ class HFBackend:
         mask = torch.cat([mask, mask.new_ones(num_rows, max_new)], dim=1)  # (B, T + N)
         if self._mask_4d:
             mask = mask.bool()[:, None, None, :]  # (B, 1, 1, T + N)
+        rope = None
+        if self._lean is not None:
+            self._lean.refresh()
+            rope = self._lean.rotary(width + max_new, logits)
         active = list(range(num_rows))  # original row of each batch row
         step = 0
         while True:
@@ -322,13 +334,7 @@ class HFBackend:
                 cache.batch_select_indices(sel)
                 mask, next_pos, chosen = mask[sel], next_pos[sel], chosen[sel]
                 active = [active[b] for b in keep]
-            logits = self.model(
-                input_ids=chosen[:, None],
-                attention_mask=mask[..., : width + step],  # (b, [1, 1,] T + step)
-                position_ids=next_pos[:, None],
-                use_cache=True,
-                **{self._cache_kwarg: cache},
-            ).logits[:, -1]  # (b, V)
+            logits = self._decode_step(chosen, next_pos, mask[..., : width + step], cache, rope)
             next_pos = next_pos + 1
         return [
             Completion(
@@ -342,16 +348,24 @@ class HFBackend:
             for row in rows
         ]
 
+    def _decode_step(self, ids, positions, mask, cache, rope) -> torch.Tensor:
+        """(b,) ids at (b,) positions -> (b, V) next-token logits, extending `cache`;
+        mask: (b, [1, 1,] T) over the cache after this token."""
+        if self._lean is not None:
+            return self._lean.step(ids, positions, mask, cache.layers, rope)
+        return self.model(
+            input_ids=ids[:, None],
+            attention_mask=mask,
+            position_ids=positions[:, None],
+            use_cache=True,
+            **{self._cache_kwarg: cache},
+        ).logits[:, -1]
+
     def forget_prompts(self) -> None:
         """Drop the remembered prompt encodings. Callers that want a rollout's numbers to
         depend on its own calls only (a resumed run replays bit for bit) call this first:
         an encoding made inside another batch can differ in float rounding."""
         self._encoded, self._encoded_key, self._encoded_bytes = {}, (), 0
-
-    def _weights_key(self) -> tuple:
-        """Changes whenever a parameter is written in place (an optimizer step, a
-        `load_state_dict`) or replaced: remembered prompt encodings are then stale."""
-        return tuple((p.data_ptr(), p._version) for p in self.model.parameters())
 
     def _left_padded(self, prompts: list, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, attention mask) of `prompts` left-padded to `width`, on the model's device."""
@@ -391,24 +405,27 @@ class HFBackend:
         """`_prefill` from remembered prompt encodings: within an RL step the weights stay
         put while the same states come back turn after turn, so each distinct prompt is
         encoded once (per weights) and its keys and values are copied into place."""
-        key = self._weights_key()
+        key = weights_key(self.model)
         if key != self._encoded_key or self._encoded_bytes > MAX_ENCODED_BYTES:
             self._encoded, self._encoded_key, self._encoded_bytes = {}, key, 0
         rows = [tuple(p) for p in prompts]
         missing = [p for p in dict.fromkeys(rows) if p not in self._encoded]
         if missing:
             self._encode_prompts(missing)
-        distinct = list(dict.fromkeys(rows))
-        kv0 = self._encoded[distinct[0]][0]
-        # (U, layers, 2, H, T, D): the distinct prompts left-padded to the batch's width
-        padded = kv0.new_zeros((len(distinct), *kv0.shape[:3], width, kv0.shape[-1]))
-        for u, p in enumerate(distinct):
-            padded[u, ..., width - len(p) :, :] = self._encoded[p][0]
-        where = {p: u for u, p in enumerate(distinct)}
-        kv = padded[torch.tensor([where[p] for p in rows], device=self.device)]  # (B, ...)
+        kv0 = self._encoded[rows[0]][0]  # (layers, 2, H, n, D)
+        num_layers, _, heads, _, dim = kv0.shape
+        # Each row's keys and values go straight into place in buffers sized for the whole
+        # generation: one copy per row, no batch-sized intermediate. Left pads are zeroed
+        # (masked, but sdpa multiplies them by 0, so they must be finite).
+        buf = kv0.new_empty((num_layers, 2, len(rows), heads, capacity, dim))
+        for b, p in enumerate(rows):
+            start = width - len(p)
+            buf[:, :, b, :, start:width] = self._encoded[p][0]
+            if start:
+                buf[:, :, b, :, :start] = 0
         cache = _make_cache(self.model, capacity)
         for layer_idx, layer in enumerate(cache.layers):
-            layer.fill(kv[:, layer_idx, 0], kv[:, layer_idx, 1])
+            layer.adopt(buf[layer_idx, 0], buf[layer_idx, 1], width)
         mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
         for b, p in enumerate(rows):
             mask[b, width - len(p) :] = 1

@@ -53,17 +53,21 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
     num_rows = len(rows)
     p_len = max((len(t.prompt_ids) for _, _, t in rows), default=0)
     a_len = max((len(t.response_ids) for _, _, t in rows), default=0)
-    input_ids = torch.full((num_rows, p_len + a_len), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((num_rows, p_len + a_len), dtype=torch.long)
-    response_mask = torch.zeros((num_rows, a_len), dtype=torch.float32)
-    old_logp = torch.zeros((num_rows, a_len), dtype=torch.float32)
-    for r, (_, _, t) in enumerate(rows):
+    # Rows are laid out as Python lists and converted once per tensor: a few tensor ops
+    # per row cost more than the whole conversion (an RL step has ~1,500 rows).
+    ids, mask, resp_mask, logp = [], [], [], []
+    for _, _, t in rows:
         p, a = len(t.prompt_ids), len(t.response_ids)
-        input_ids[r, p_len - p : p_len] = torch.tensor(t.prompt_ids, dtype=torch.long)
-        input_ids[r, p_len : p_len + a] = torch.tensor(t.response_ids, dtype=torch.long)
-        attention_mask[r, p_len - p : p_len + a] = 1
-        response_mask[r, :a] = 1.0
-        old_logp[r, :a] = torch.tensor(t.logprobs, dtype=torch.float32)
+        ids.append([pad_token_id] * (p_len - p) + [*t.prompt_ids, *t.response_ids])
+        ids[-1] += [pad_token_id] * (a_len - a)
+        mask.append([0] * (p_len - p) + [1] * (p + a) + [0] * (a_len - a))
+        resp_mask.append([1.0] * a + [0.0] * (a_len - a))
+        logp.append([*t.logprobs, *[0.0] * (a_len - a)])
+    width = p_len + a_len
+    input_ids = torch.tensor(ids, dtype=torch.long).view(num_rows, width)
+    attention_mask = torch.tensor(mask, dtype=torch.long).view(num_rows, width)
+    response_mask = torch.tensor(resp_mask, dtype=torch.float32).view(num_rows, a_len)
+    old_logp = torch.tensor(logp, dtype=torch.float32).view(num_rows, a_len)
     tensors = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
