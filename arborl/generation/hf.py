@@ -304,7 +304,7 @@ class HFBackend:
         rope = None
         if self._lean is not None:
             self._lean.refresh()
-            rope = self._lean.rotary(width + max_new, logits)
+            rope = self._lean.rotary(width + max_new)
         active = list(range(num_rows))  # original row of each batch row
         step = 0
         while True:

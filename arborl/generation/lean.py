@@ -122,9 +122,11 @@ class LeanDecoder:
             mlp.down_proj,
         )
 
-    def rotary(self, capacity: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotary(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(capacity, D) cos and sin of positions 0..capacity-1, from the model's own
-        rotary module (elementwise in the position, so a table equals per-step calls)."""
+        rotary module (elementwise in the position, so a table equals per-step calls), in
+        the dtype of the model's hidden states, as the HF forward makes them."""
+        like = self.model.model.embed_tokens.weight  # the rotary module reads dtype and device
         positions = torch.arange(capacity, device=like.device)[None]  # (1, capacity)
         cos, sin = self.model.model.rotary_emb(like, position_ids=positions)
         return cos[0], sin[0]

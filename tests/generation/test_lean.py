@@ -117,3 +117,18 @@ def test_unsupported_models_decode_through_the_hf_forward(tok):
         assert HFBackend(model, tok)._lean is None
     with pytest.raises(ValueError, match="attention implementation 'eager'"):
         LeanDecoder(eager)
+
+
+def test_lean_decode_in_bf16_equals_the_hf_forward(tok):
+    """A bf16 model: rotary tables in the hidden states' dtype, the same greedy tokens and
+    logprobs as the HF forward."""
+    model = load_policy("tiny-1m", seed=0)[0].to(torch.bfloat16).eval()
+    lean, hf = HFBackend(model, tok), HFBackend(model, tok, lean_decode=False)
+    assert lean._lean is not None
+    assert lean._lean.rotary(8)[0].dtype == torch.bfloat16
+    greedy = SamplingParams(max_new_tokens=20, temperature=0)
+    for a, b in zip(lean.generate(_prompts(tok), greedy), hf.generate(_prompts(tok), greedy)):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
