@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import check_env, make_pool
+from arborl.train.config import load_train_config
+from arborl.train.rl import RLTrainer
 
 from ._real import (
     assert_set_up_and_listed,
@@ -86,3 +88,17 @@ def test_gymnasium_checker(sciworld):
     kwargs = {"task_names": ["find-plant", "find-animal"]}
     out = gym_check(sciworld, ID, "sciworld_env:ScienceWorldEnv", 40, "train", kwargs)
     assert "GYM_CHECK_OK" in out
+
+
+def test_train_env_scienceworld_runs_two_rl_steps(sciworld, tmp_path):
+    cfg = load_train_config([
+        "env=scienceworld", "env.id=sciworld/Find-v0", "sft.enabled=false",
+        "model.name_or_path=tiny-0.1m", "rollout.num_tasks=2", "rollout.group_size=2",
+        "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval.num_episodes=2",
+        "eval.every=0", "trainer.total_steps=2", "trainer.progress=false",
+        "trainer.plots=false", f"trainer.output_dir={tmp_path}", "trainer.name=sw",
+    ])  # fmt: skip
+    assert cfg.env.pool_mode == "subprocess" and cfg.env.timeout_s == 120
+    summary = RLTrainer(cfg).fit()
+    assert summary["steps"] == 2
+    assert summary["after"]["episodes"] == 2.0 and summary["after"]["env_errors"] == 0.0
