@@ -237,9 +237,10 @@ class HFBackend:
         )
         self._remember_prompts = self._remember_prompts and bool(probe.layers)
         # Decode steps skip the HF module tree where `LeanDecoder` reproduces the forward
-        # (it writes into the buffered cache layers, which remembered prompts guarantee).
+        # (it writes into the buffered cache layers, which remembered prompts guarantee,
+        # and takes the ready 4D boolean mask).
         self._lean = None
-        if lean_decode and self._remember_prompts and LeanDecoder.supports(model):
+        if lean_decode and self._remember_prompts and self._mask_4d and LeanDecoder.supports(model):
             self._lean = LeanDecoder(model)
         self._encoded: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self._encoded_key: tuple = ()
