@@ -104,3 +104,23 @@ def run_probe(interp: Interpreter, code: str, timeout_s: float = 600) -> dict:
                          timeout=timeout_s, cwd=interp.manifest.root)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def train_two_rl_steps(overrides: list[str], tmp_path: Path):
+    """Two RL steps of `arborl train` at toy size (tiny-0.1m, 2 tasks x 2 episodes of 2
+    turns, no SFT) with `overrides` selecting the env; checks the steps ran and the final
+    evaluation's episodes had no env errors. Returns the config."""
+    from arborl.train.config import load_train_config
+    from arborl.train.rl import RLTrainer
+
+    cfg = load_train_config([
+        *overrides, "sft.enabled=false", "model.name_or_path=tiny-0.1m",
+        "rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=2",
+        "rollout.max_new_tokens=8", "eval.num_episodes=2", "eval.every=0",
+        "trainer.total_steps=2", "trainer.progress=false", "trainer.plots=false",
+        f"trainer.output_dir={tmp_path}", "trainer.name=pkg",
+    ])  # fmt: skip
+    summary = RLTrainer(cfg).fit()
+    assert summary["steps"] == 2
+    assert summary["after"]["episodes"] == 2.0 and summary["after"]["env_errors"] == 0.0
+    return cfg

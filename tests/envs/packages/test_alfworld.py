@@ -12,8 +12,6 @@ import pytest
 
 from arborl.cli.main import main
 from arborl.envs import check_env, make_pool
-from arborl.train.config import load_train_config
-from arborl.train.rl import RLTrainer
 
 from ._real import (
     ENVPKGS,
@@ -21,6 +19,7 @@ from ._real import (
     gym_check,
     run_probe,
     set_up,
+    train_two_rl_steps,
 )
 
 ID = "alfworld/ALFWorld-v0"
@@ -151,17 +150,8 @@ def test_gymnasium_checker(alfworld):
 
 @pytest.mark.slow
 def test_train_env_alfworld_runs_two_rl_steps(alfworld, tmp_path):
-    cfg = load_train_config([
-        "env=alfworld", "sft.enabled=false", "model.name_or_path=tiny-0.1m",
-        "rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=2",
-        "rollout.max_new_tokens=8", "eval.num_episodes=2", "eval.every=0",
-        "trainer.total_steps=2", "trainer.progress=false", "trainer.plots=false",
-        f"trainer.output_dir={tmp_path}", "trainer.name=alf",
-    ])  # fmt: skip
+    cfg = train_two_rl_steps(["env=alfworld"], tmp_path)
     assert cfg.env.pool_mode == "subprocess" and cfg.env.id == ID
-    summary = RLTrainer(cfg).fit()
-    assert summary["steps"] == 2
-    assert summary["after"]["episodes"] == 2.0 and summary["after"]["env_errors"] == 0.0
 
 
 def test_eval_split_flag_takes_the_benchmark_names():

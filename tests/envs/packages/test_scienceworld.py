@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 
 from arborl.envs import check_env, make_pool
-from arborl.train.config import load_train_config
-from arborl.train.rl import RLTrainer
 
 from ._real import (
     assert_set_up_and_listed,
     gym_check,
     run_probe,
     set_up,
+    train_two_rl_steps,
 )
 
 pytestmark = pytest.mark.slow
@@ -91,14 +90,5 @@ def test_gymnasium_checker(sciworld):
 
 
 def test_train_env_scienceworld_runs_two_rl_steps(sciworld, tmp_path):
-    cfg = load_train_config([
-        "env=scienceworld", "env.id=sciworld/Find-v0", "sft.enabled=false",
-        "model.name_or_path=tiny-0.1m", "rollout.num_tasks=2", "rollout.group_size=2",
-        "rollout.max_turns=2", "rollout.max_new_tokens=8", "eval.num_episodes=2",
-        "eval.every=0", "trainer.total_steps=2", "trainer.progress=false",
-        "trainer.plots=false", f"trainer.output_dir={tmp_path}", "trainer.name=sw",
-    ])  # fmt: skip
+    cfg = train_two_rl_steps(["env=scienceworld", "env.id=sciworld/Find-v0"], tmp_path)
     assert cfg.env.pool_mode == "subprocess" and cfg.env.timeout_s == 120
-    summary = RLTrainer(cfg).fit()
-    assert summary["steps"] == 2
-    assert summary["after"]["episodes"] == 2.0 and summary["after"]["env_errors"] == 0.0
