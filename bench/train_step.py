@@ -12,11 +12,21 @@ minibatch of 32 and AdamW at lr 1e-4 with gradient clipping at 1.0.
     weights from a saved directory; a callback times each optimizer step (end to end,
     data loading and logging included).
 
-Each side runs `--steps` steps from the same saved weights per repeat; the first step of
-each run is a warm-up and is dropped. Sides alternate (A B, B A, ...) in one process.
+Precision is the same on both sides: fp32 (`--dtypes float32`), or bf16 mixed precision
+(`--dtypes bfloat16`): fp32 weights and AdamW, every forward and backward under
+`torch.autocast` in bf16 (TRL: `bf16=True`, which autocasts the model's forward, generation
+included; arborl: `arborl.models.autocast_ctx`, what `model.dtype=bfloat16` does in a run).
+TRL's GRPOConfig turns gradient checkpointing on by default (a second forward in every
+backward); arborl does not checkpoint, so TRL runs with it off unless
+`--trl-gradient-checkpointing` (the like-for-like comparison is the default).
 
-    python bench/train_step.py                          # tiny-1m and tiny-20m
-    python bench/train_step.py --models tiny-1m --quick --repeats 1
+Each side runs `--steps` steps from the same saved weights per repeat; the first step of
+each run is a warm-up and is dropped. Sides alternate (A B, B A, ...) in one process. Every
+step's wall and process CPU seconds are kept (1 thread: CPU time is close to the step's time
+with a core to itself, on a shared machine).
+
+    python bench/train_step.py                          # tiny-1m and tiny-20m, fp32 + bf16
+    python bench/train_step.py --models tiny-1m --dtypes float32 --quick --repeats 1
 """
 
 from __future__ import annotations
@@ -35,11 +45,13 @@ from arborl import algos
 from arborl.data import Batch
 from arborl.generation.base import SamplingParams
 from arborl.generation.hf import HFBackend
-from arborl.models import load_policy
+from arborl.models import autocast_ctx, load_policy
 from arborl.train.config import AlgoConfig
 from arborl.train.update import ppo_update
 
 NUM_PROMPTS, GROUP_SIZE, NEW_TOKENS, LR = 8, 4, 32, 1e-4
+TARGET = 0.5
+"""Issue 20: arborl's step at most half of TRL's."""
 
 
 def make_data(num: int = 256, seed: int = 0) -> list[dict[str, str]]:
@@ -65,7 +77,7 @@ def reward_answer(completions: list[str], answer: list[str], **_: Any) -> list[f
 
 def arborl_step(model, tok, backend, optimizer, algo, rows, step: int, gen) -> dict[str, float]:
     """One GRPO step from arborl's pieces; returns seconds per phase."""
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     prompts = [tok(r["prompt"])["input_ids"] for r in rows for _ in range(GROUP_SIZE)]
     params = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=step)
     completions = backend.generate(prompts, params)
@@ -78,10 +90,11 @@ def arborl_step(model, tok, backend, optimizer, algo, rows, step: int, gen) -> d
     t2 = time.perf_counter()
     model.train()
     ppo_update(model, optimizer, batch, algo, temperature=1.0, generator=gen, kl_coef=0.0)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     new = [len(c.token_ids) for c in completions]
     return {
         "step_s": t3 - t0,
+        "step_cpu_s": c3 - c0,
         "generate_s": t1 - t0,
         "reward_adv_batch_s": t2 - t1,
         "update_s": t3 - t2,
@@ -117,7 +130,9 @@ def build_rows(prompts, completions, adv: torch.Tensor, pad_id: int) -> Batch:
     return Batch.from_dict(tensors, {}, info)
 
 
-def run_arborl(model_dir: str, tok, data: list[dict], steps: int) -> list[dict[str, float]]:
+def run_arborl(
+    model_dir: str, tok, data: list[dict], steps: int, dtype: str
+) -> list[dict[str, float]]:
     model, _ = load_policy(model_dir)  # the same saved weights TRL loads
     backend = HFBackend(model, tok, seed=0)
     backend.eos_token_ids = []  # never stop early: exactly NEW_TOKENS per sample
@@ -130,32 +145,37 @@ def run_arborl(model_dir: str, tok, data: list[dict], steps: int) -> list[dict[s
     out = []
     for step in range(steps):
         rows = data[(step * NUM_PROMPTS) % len(data) :][:NUM_PROMPTS]
-        out.append(arborl_step(model, tok, backend, optimizer, algo, rows, step, gen))
+        with autocast_ctx(dtype):  # a no-op for float32; model.dtype=bfloat16 in a run
+            out.append(arborl_step(model, tok, backend, optimizer, algo, rows, step, gen))
     return out
 
 
 # --- TRL -------------------------------------------------------------------------------------
 
 
-def run_trl(model_dir: str, tok, data: list[dict], steps: int, out_dir: str) -> dict[str, Any]:
+def run_trl(
+    model_dir: str, tok, data: list[dict], steps: int, out_dir: str, dtype: str, checkpointing: bool
+) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
-            self.last = self.begin = 0.0
+            self.last = self.begin = self.begin_cpu = 0.0
             self.cycle: list[float] = []  # on_step_end to on_step_end (everything per step)
             self.inner: list[float] = []  # on_step_begin to on_step_end
+            self.inner_cpu: list[float] = []  # the same in process CPU seconds
 
         def on_train_begin(self, args, state, control, **kw):
             self.last = time.perf_counter()
 
         def on_step_begin(self, args, state, control, **kw):
-            self.begin = time.perf_counter()
+            self.begin, self.begin_cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):
             now = time.perf_counter()
+            self.inner_cpu.append(time.process_time() - self.begin_cpu)
             self.cycle.append(now - self.last)
             self.inner.append(now - self.begin)
             self.last = now
@@ -163,7 +183,8 @@ def run_trl(model_dir: str, tok, data: list[dict], steps: int, out_dir: str) -> 
     args = GRPOConfig(
         output_dir=out_dir,
         use_cpu=True,
-        bf16=False,
+        bf16=dtype == "bfloat16",  # autocast, fp32 weights (as arborl's model.dtype)
+        gradient_checkpointing=checkpointing,  # TRL's default is True
         per_device_train_batch_size=NUM_PROMPTS * GROUP_SIZE,
         num_generations=GROUP_SIZE,
         gradient_accumulation_steps=1,
@@ -195,6 +216,7 @@ def run_trl(model_dir: str, tok, data: list[dict], steps: int, out_dir: str) -> 
     opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     return {
         "inner_s": timer.inner,
+        "inner_cpu_s": timer.inner_cpu,
         "cycle_s": timer.cycle,
         "trl_step_time_s": [h["step_time"] for h in logs if "step_time" in h],
         "mean_new_tokens": sum(lengths) / len(lengths) if lengths else float("nan"),
@@ -205,7 +227,9 @@ def run_trl(model_dir: str, tok, data: list[dict], steps: int, out_dir: str) -> 
 # --- driver ----------------------------------------------------------------------------------
 
 
-def bench_model(name: str, steps: int, repeats: int, data: list[dict]) -> dict[str, Any]:
+def bench_model(
+    name: str, dtype: str, steps: int, repeats: int, data: list[dict], checkpointing: bool
+) -> dict[str, Any]:
     model, tok = load_policy(name)
     num_params = sum(p.numel() for p in model.parameters())
     arborl_runs, trl_runs = [], []
@@ -218,13 +242,16 @@ def bench_model(name: str, steps: int, repeats: int, data: list[dict]) -> dict[s
             order = ("arborl", "trl") if rep % 2 == 0 else ("trl", "arborl")
             for side in order:
                 if side == "arborl":
-                    arborl_runs.append(run_arborl(model_dir, tok, data, steps))
+                    arborl_runs.append(run_arborl(model_dir, tok, data, steps, dtype))
                     s = [r["step_s"] for r in arborl_runs[-1]]
                 else:
-                    trl_runs.append(run_trl(model_dir, tok, data, steps, os.path.join(tmp, "trl")))
+                    trl_dir = os.path.join(tmp, "trl")
+                    trl_runs.append(
+                        run_trl(model_dir, tok, data, steps, trl_dir, dtype, checkpointing)
+                    )
                     s = trl_runs[-1]["inner_s"]
                 print(
-                    f"{name} rep {rep} {side:6s} steps " + " ".join(f"{x:.3f}" for x in s),
+                    f"{name} {dtype} rep {rep} {side:6s} steps " + " ".join(f"{x:.3f}" for x in s),
                     flush=True,
                 )
     keep = slice(1, None) if steps > 1 else slice(None)  # drop the warm-up step
@@ -233,12 +260,14 @@ def bench_model(name: str, steps: int, repeats: int, data: list[dict]) -> dict[s
     trl = {
         # on_step_begin -> on_step_end: generation, rewards, loss, backward, clip, AdamW step.
         "step_s": median([x for t in trl_runs for x in t["inner_s"][keep]]),
+        "step_cpu_s": median([x for t in trl_runs for x in t["inner_cpu_s"][keep]]),
         # on_step_end -> on_step_end: the above plus data loading and logging.
         "step_cycle_s": median([x for t in trl_runs for x in t["cycle_s"][keep]]),
         # TRL's own `step_time` metric: `training_step` only (no clip / optimizer step).
         "trl_step_time_s": median([x for t in trl_runs for x in t["trl_step_time_s"][keep]]),
         "mean_new_tokens": median([t["mean_new_tokens"] for t in trl_runs]),
         "optimizer": trl_runs[0]["optimizer"],
+        "gradient_checkpointing": checkpointing,
     }
     # Paired ratios: each repeat's arborl median over the TRL median of the same repeat.
     paired = [
@@ -247,10 +276,12 @@ def bench_model(name: str, steps: int, repeats: int, data: list[dict]) -> dict[s
     ]
     return {
         "model": name,
+        "dtype": dtype,
         "num_params": num_params,
         "arborl": arborl,
         "trl": trl,
         "ratio_arborl_over_trl": ratio(arborl["step_s"], trl["step_s"]),
+        "ratio_cpu": ratio(arborl["step_cpu_s"], trl["step_cpu_s"]),
         "ratio_over_trl_cycle": ratio(arborl["step_s"], trl["step_cycle_s"]),
         "ratio_paired_median": median(paired),
         "ratio_paired": paired,
@@ -263,6 +294,17 @@ def main() -> None:
     parser.add_argument(
         "--models", nargs="+", default=["tiny-1m", "tiny-20m"], help="arborl presets to bench"
     )
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["float32", "bfloat16"],
+        choices=["float32", "bfloat16"],
+        help="precisions, the same on both sides (bfloat16: autocast, fp32 weights)",
+    )
+    parser.add_argument(
+        "--trl-gradient-checkpointing", action="store_true",
+        help="keep TRL's default gradient checkpointing (arborl does not checkpoint)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=4, help="steps per run (first is dropped)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (same for both)")
@@ -277,7 +319,12 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load_before = list(os.getloadavg())
     data = make_data()
-    results = [bench_model(m, args.steps, args.repeats, data) for m in args.models]
+    ckpt = args.trl_gradient_checkpointing
+    results = [
+        bench_model(m, d, args.steps, args.repeats, data, ckpt)
+        for m in args.models
+        for d in args.dtypes
+    ]
     out = {
         "benchmark": "train_step",
         "setup": {
@@ -288,6 +335,7 @@ def main() -> None:
             "steps_per_run": args.steps,
             "repeats": args.repeats,
             "quick": args.quick,
+            "trl_gradient_checkpointing": ckpt,
         },
         "machine": {**machine_info(args.threads), "loadavg_before": load_before},
         "models": results,
@@ -296,14 +344,18 @@ def main() -> None:
     for r in results:
         a, t = r["arborl"], r["trl"]
         rows.append(
-            [r["model"], f"{r['num_params'] / 1e6:.2f}M", a["step_s"], a["generate_s"],
-             a["update_s"], t["step_s"], t["step_cycle_s"], r["ratio_arborl_over_trl"],
-             r["ratio_paired_median"], f"{a['mean_new_tokens']:.0f}/{t['mean_new_tokens']:.0f}"]
+            [r["model"], r["dtype"], f"{r['num_params'] / 1e6:.2f}M", a["step_s"], a["step_cpu_s"],
+             a["generate_s"], a["update_s"], t["step_s"], t["step_cpu_s"],
+             r["ratio_arborl_over_trl"], r["ratio_paired_median"], r["ratio_cpu"],
+             f"{a['mean_new_tokens']:.0f}/{t['mean_new_tokens']:.0f}"]
         )  # fmt: skip
-    headers = ["model", "params", "arborl s/step", "arborl gen s", "arborl update s",
-               "TRL s/step", "TRL s/cycle", "ratio", "paired ratio", "new tok (a/TRL)"]  # fmt: skip
+    headers = ["model", "dtype", "params", "arborl s/step", "arborl CPU s", "arborl gen s",
+               "arborl update s", "TRL s/step", "TRL CPU s", "ratio", "paired ratio",
+               "CPU ratio", "new tok (a/TRL)"]  # fmt: skip
     print(format_table(headers, rows))
-    print(f"load average after: {out['machine']['loadavg']}")
+    print(f"load average after: {out['machine']['loadavg']}; CPU {out['machine']['cpu_model']}")
+    met = all(r["ratio_arborl_over_trl"] <= TARGET for r in results)
+    print(f"target <= {TARGET}x TRL's step on every row: {'met' if met else 'NOT met'}")
     print(f"wrote {write_json(out, args.out, 'train_step')}")
 
 

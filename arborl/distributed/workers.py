@@ -227,9 +227,10 @@ class RolloutRole:
         c, t0 = self.cfg, time.perf_counter()
         rcfg = replace(c.rollout, num_tasks=len(share["seeds"]), seed=share["seed"])
         pool = self._pool(len(share["seeds"]) * rcfg.group_size)
-        res = rollout_step(
-            self.backend, self.tokenizer, pool, share["seeds"], rcfg, c, c.env.train_split
-        )
+        with build.compute_dtype(c, self.backend.model):
+            res = rollout_step(
+                self.backend, self.tokenizer, pool, share["seeds"], rcfg, c, c.env.train_split
+            )
         res.batch.meta["group_id"] = res.batch.meta["group_id"].astype(int) + share["group_offset"]
         return {
             "batch": res.batch,
@@ -247,11 +248,12 @@ class RolloutRole:
             return None
         self._check_version(expected_version)
         c = self.cfg
-        return evaluate_share(
-            self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-            share["seeds"], share["seed"], c.env.eval_split, c.env.pool_mode,
-            build.pool_options(c), keep_episodes=c.eval.save_episodes,
-        )  # fmt: skip
+        with build.compute_dtype(c, self.backend.model):
+            return evaluate_share(
+                self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
+                share["seeds"], share["seed"], c.env.eval_split, c.env.pool_mode,
+                build.pool_options(c), keep_episodes=c.eval.save_episodes,
+            )  # fmt: skip
 
 
 class ColocatedRole(TrainRole, RolloutRole):

@@ -15,6 +15,7 @@ The agent settings saved with a policy are `arborl.agent.settings` (one writer, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import warnings
@@ -24,7 +25,7 @@ import torch
 
 from arborl import algos
 from arborl.envs import make_pool
-from arborl.models import ValueModel, apply_lora, load_policy
+from arborl.models import ValueModel, apply_lora, autocast_ctx, load_policy
 from arborl.rollout.config import with_turn_limit
 from arborl.train.config import TrainConfig
 from arborl.train.sft import lr_lambda
@@ -41,10 +42,20 @@ def needs_critic(cfg: TrainConfig) -> bool:
     return algos.needs_critic("gae" if cfg.algo.name == "ppo" else cfg.algo.name)
 
 
+def compute_dtype(cfg: TrainConfig, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """The block every forward and backward of `model` runs in: autocast to `model.dtype`
+    on `model`'s device (a no-op for float32); the weights stay float32."""
+    device = next(model.parameters()).device.type
+    return autocast_ctx(cfg.model.dtype, device_type=device)
+
+
 def build_policy(cfg: TrainConfig, path: str | None = None):
-    """(model, tokenizer): `path` (a saved policy) or `model.name_or_path`, + LoRA."""
+    """(model, tokenizer): `path` (a saved policy) or `model.name_or_path`, + LoRA.
+
+    The weights are float32 whatever `model.dtype` says: bf16 is mixed precision (the
+    forward and backward passes run under `compute_dtype`), never bf16 master weights."""
     m = cfg.model
-    model, tokenizer = load_policy(path or m.name_or_path, dtype=m.dtype, seed=m.seed)
+    model, tokenizer = load_policy(path or m.name_or_path, dtype="float32", seed=m.seed)
     if m.lora_rank:
         model = apply_lora(model, r=m.lora_rank, alpha=m.lora_alpha, seed=m.seed)
     return model, tokenizer

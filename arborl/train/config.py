@@ -30,7 +30,11 @@ class ModelConfig:
     byte-level BPE + ChatML: bpe-tiny-0.1m, bpe-tiny-1m), a pretrained name
     (smollm2-135m-instruct) or a local HF checkpoint dir."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype; bfloat16 runs under CPU autocast (slower than fp32 on CPUs without AMX)."""
+    """Compute dtype. "bfloat16" is mixed precision: weights, gradients and optimizer states
+    stay float32, and every forward and backward (generation, scoring, SFT, the RL update)
+    runs under `torch.autocast` in bf16 (FSDP2: `MixedPrecisionPolicy`). About 2x faster
+    on CPUs with AVX512-BF16 or AMX (bench/train_step.py --dtypes bfloat16); slower than
+    float32 on CPUs with neither."""
     lora_rank: int = field(default=0, metadata={"min": 0})
     """LoRA rank; 0 trains all weights."""
     lora_alpha: int = field(default=16, metadata={"min": 1})

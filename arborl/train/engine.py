@@ -142,7 +142,8 @@ class LocalEngine:
     def prepare(self, warm_start: bool) -> dict[str, float] | None:
         if not warm_start:
             return None
-        stats = sft.warm_start(self.model, self.tokenizer, self.cfg)
+        with build.compute_dtype(self.cfg, self.model):
+            stats = sft.warm_start(self.model, self.tokenizer, self.cfg)
         if self.ref is not None:  # KL is measured against the policy RL starts from
             self.ref.load_state_dict(self.model.state_dict())
         return stats
@@ -151,30 +152,35 @@ class LocalEngine:
         c = self.cfg
         self.model.eval()
         self.backend.forget_prompts()  # this step's numbers depend on this step's calls only
-        res = rollout_step(
-            self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c, c.env.train_split
-        )
+        with build.compute_dtype(c, self.model):
+            res = rollout_step(
+                self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c,
+                c.env.train_split,
+            )  # fmt: skip
         return RolloutOutput(res.batch, res.trajectories, res.stats)
 
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
-        return score_rows(self.ref, batch, temperature, self.cfg.algo.micro_batch_tokens)
+        with build.compute_dtype(self.cfg, self.ref):
+            return score_rows(self.ref, batch, temperature, self.cfg.algo.micro_batch_tokens)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
-        return critic_values(self.critic, batch, self.cfg.algo.micro_batch_tokens)
+        with build.compute_dtype(self.cfg, self.critic):
+            return critic_values(self.critic, batch, self.cfg.algo.micro_batch_tokens)
 
     def update(self, actor_minibatches, critic_minibatches, temperature, kl_coef) -> UpdateResult:
         self.model.train()
         a = self.cfg.algo
         template = actor_minibatches[0][:1]
-        up = actor_update(
-            self.model, self.opt, actor_minibatches, template, a, temperature, kl_coef
-        )
-        if critic_minibatches:
-            cup = critic_fit(
-                self.critic, self.critic_opt, critic_minibatches, critic_minibatches[0][:1], a
+        with build.compute_dtype(self.cfg, self.model):
+            up = actor_update(
+                self.model, self.opt, actor_minibatches, template, a, temperature, kl_coef
             )
-            up = UpdateResult({**up.stats, **cup.stats}, up.skipped + cup.skipped)
+            if critic_minibatches:
+                cup = critic_fit(
+                    self.critic, self.critic_opt, critic_minibatches, critic_minibatches[0][:1], a
+                )
+                up = UpdateResult({**up.stats, **cup.stats}, up.skipped + cup.skipped)
         return up
 
     def scheduler_step(self) -> float:
@@ -187,11 +193,12 @@ class LocalEngine:
         c = self.cfg
         self.model.eval()
         self.backend.forget_prompts()
-        return evaluate_policy(
-            self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-            num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,
-            pool_options=build.pool_options(c), keep_episodes=c.eval.save_episodes,
-        )  # fmt: skip
+        with build.compute_dtype(c, self.model):
+            return evaluate_policy(
+                self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
+                num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,
+                pool_options=build.pool_options(c), keep_episodes=c.eval.save_episodes,
+            )  # fmt: skip
 
     def save(self, directory: Path) -> dict[str, Any]:
         from arborl.agent.settings import save_agent_settings

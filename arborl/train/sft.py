@@ -208,7 +208,7 @@ def sft_job(cfg) -> dict:
     from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
-    from arborl.train.build import build_policy, pool_options, set_threads
+    from arborl.train.build import build_policy, compute_dtype, pool_options, set_threads
     from arborl.train.evaluate import evaluate_policy
     from arborl.train.runlog import MetricsLogger, RunDir
 
@@ -220,16 +220,18 @@ def sft_job(cfg) -> dict:
     )  # fmt: skip
     try:
         model, tokenizer = build_policy(cfg)
-        stats = warm_start(model, tokenizer, cfg, logger, log_steps=True)
+        with compute_dtype(cfg, model):
+            stats = warm_start(model, tokenizer, cfg, logger, log_steps=True)
         policy_dir = save_policy(model, tokenizer, run.path / "checkpoints" / "sft" / "policy")
         save_agent_settings(policy_dir, cfg.agent)
         model.eval()
         backend = HFBackend(model, tokenizer, max_batch_size=128)
-        after = evaluate_policy(
-            backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout, cfg.eval,
-            split=cfg.env.eval_split, pool_mode=cfg.env.pool_mode,
-            pool_options=pool_options(cfg), keep_episodes=cfg.eval.save_episodes,
-        )  # fmt: skip
+        with compute_dtype(cfg, model):
+            after = evaluate_policy(
+                backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout,
+                cfg.eval, split=cfg.env.eval_split, pool_mode=cfg.env.pool_mode,
+                pool_options=pool_options(cfg), keep_episodes=cfg.eval.save_episodes,
+            )  # fmt: skip
         after.pop("outcomes", None)  # per-task wins: not a metric
         sample = after.pop("sample", [])
         if sample:

@@ -51,14 +51,19 @@ def test_train_step_bench_writes_its_json(tmp_path):
     doc = run_script("train_step.py", tmp_path / "train_step.json", "--models", "tiny-0.1m")
     assert doc["benchmark"] == "train_step"
     assert doc["setup"]["prompts"] * doc["setup"]["group_size"] == 32
-    (model,) = doc["models"]
-    assert model["model"] == "tiny-0.1m"
-    for key in ("step_s", "generate_s", "update_s"):
-        assert model["arborl"][key] > 0
-    assert model["trl"]["step_s"] > 0 and model["ratio_arborl_over_trl"] > 0
-    # Both sides generate exactly 32 new tokens per sample.
-    assert model["arborl"]["mean_new_tokens"] == 32
-    assert model["trl"]["mean_new_tokens"] == 32
+    assert doc["setup"]["trl_gradient_checkpointing"] is False  # like for like by default
+    assert [(m["model"], m["dtype"]) for m in doc["models"]] == [
+        ("tiny-0.1m", "float32"), ("tiny-0.1m", "bfloat16")
+    ]  # fmt: skip
+    for model in doc["models"]:
+        for key in ("step_s", "step_cpu_s", "generate_s", "update_s"):
+            assert model["arborl"][key] > 0
+        assert model["trl"]["step_s"] > 0 and model["trl"]["step_cpu_s"] > 0
+        assert model["ratio_arborl_over_trl"] > 0 and model["ratio_cpu"] > 0
+        assert model["trl"]["gradient_checkpointing"] is False
+        # Both sides generate exactly 32 new tokens per sample.
+        assert model["arborl"]["mean_new_tokens"] == 32
+        assert model["trl"]["mean_new_tokens"] == 32
 
 
 def _run_plain(name: str, *args: str) -> str:
