@@ -22,11 +22,17 @@ only hide env time, so its gain is bounded by (generate + env) / generate of loc
     python bench/async_rollout.py --prompts full --max-turns 8 \
         --out bench/results/async_rollout_full_prompts.json   # generation-bound case
     python bench/async_rollout.py --quick      # smoke run
+    python bench/async_rollout.py --env alfworld/ALFWorld-v0 --presets tiny-1m \
+        --num-tasks 4 --max-turns 8 --out bench/results/async_rollout_alfworld.json
+
+`--env` plays a real env instead (a package env's workers run in its own venv; its own
+step latency, CPU-bound or not, replaces the sleep; `--split` picks its tasks).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import replace
@@ -96,6 +102,13 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=None,
                    help="turn limit (default: the env's own, 16 for Maze, as in the demo)")  # fmt: skip
     p.add_argument("--mean-s", type=float, default=0.1, help="mean env step latency, seconds")
+    p.add_argument("--env", default=latency_env.ENV_ID,
+                   help=f"env id (default {latency_env.ENV_ID}; a real one ignores --mean-s)")
+    p.add_argument("--env-kwargs", default=None,
+                   help="JSON env kwargs of --env (default: SlowMaze's, or none)")
+    p.add_argument("--split", default="test", help="task split of --env (default test)")
+    p.add_argument("--timeout-s", type=float, default=120.0,
+                   help="seconds one env call may take before its worker is restarted")
     p.add_argument("--wait-s", type=float, default=RolloutConfig.async_wait_s,
                    help="rollout.async_wait_s of the async runs (default: the config's)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
@@ -119,8 +132,14 @@ def main() -> None:
     for model, _ in models.values():
         model.eval()
     t = time.perf_counter()
-    pool = make_pool(latency_env.ENV_ID, num_envs, "subprocess", mean_s=args.mean_s,
-                     short_actions=True)  # as configs/env/maze.yaml  # fmt: skip
+    if args.env_kwargs is not None:
+        env_kwargs = json.loads(args.env_kwargs)
+    elif args.env == latency_env.ENV_ID:
+        env_kwargs = {"mean_s": args.mean_s, "short_actions": True}  # as configs/env/maze.yaml
+    else:
+        env_kwargs = {}
+    pool = make_pool(args.env, num_envs, "subprocess", split=args.split,
+                     timeout_s=args.timeout_s, **env_kwargs)  # fmt: skip
     pool_start_s = time.perf_counter() - t
     base = RolloutConfig(num_tasks=args.num_tasks, group_size=args.group_size,
                          max_turns=args.max_turns, max_new_tokens=8)  # fmt: skip
@@ -165,7 +184,9 @@ def main() -> None:
         met = "met" if speedup[pol] >= TARGET else "NOT met"
         print(f"{pol}: async / lockstep = {speedup[pol]:.2f}x (target >= {TARGET}x: {met}); "
               f"same trajectories in both schedules: {identical[pol]}")  # fmt: skip
-    result = {"env_id": latency_env.ENV_ID, "mean_latency_s": args.mean_s, "sigma": 1.0,
+    slow = args.env == latency_env.ENV_ID
+    result = {"env_id": args.env, "env_kwargs": env_kwargs, "split": args.split,
+              "mean_latency_s": args.mean_s if slow else None, "sigma": 1.0 if slow else None,
               "num_envs": num_envs, "num_workers": num_envs, "presets": presets,
               "prompts": {k: {f: getattr(AGENTS[k], f) for f in ("memory", "memory_k",
                           "include_instruction")} for k in memories},
