@@ -102,13 +102,21 @@ def main() -> None:
     p.add_argument("--max-turns", type=int, default=None,
                    help="turn limit (default: the env's own, 16 for Maze, as in the demo)")  # fmt: skip
     p.add_argument("--mean-s", type=float, default=0.1, help="mean env step latency, seconds")
-    p.add_argument("--env", default=latency_env.ENV_ID,
-                   help=f"env id (default {latency_env.ENV_ID}; a real one ignores --mean-s)")
-    p.add_argument("--env-kwargs", default=None,
-                   help="JSON env kwargs of --env (default: SlowMaze's, or none)")
+    p.add_argument(
+        "--env",
+        default=latency_env.ENV_ID,
+        help=f"env id (default {latency_env.ENV_ID}; a real one ignores --mean-s)",
+    )
+    p.add_argument(
+        "--env-kwargs", default=None, help="JSON env kwargs of --env (default: SlowMaze's, or none)"
+    )
     p.add_argument("--split", default="test", help="task split of --env (default test)")
-    p.add_argument("--timeout-s", type=float, default=120.0,
-                   help="seconds one env call may take before its worker is restarted")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=120.0,
+        help="seconds one env call may take before its worker is restarted",
+    )
     p.add_argument("--wait-s", type=float, default=RolloutConfig.async_wait_s,
                    help="rollout.async_wait_s of the async runs (default: the config's)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")

@@ -219,9 +219,14 @@ def run(args: argparse.Namespace) -> int:
 def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
     """`arborl eval --search A`: the policy's row, each task solved by search `A` on the
     same task seeds the other rows use (so rows stay paired)."""
+    from arborl.cli.rollout_cmd import pool_args
     from arborl.rollout import draw_seeds
     from arborl.search.builders import make_problem, search_tasks
 
+    # The same envs as the other rows: their --env-kwargs and --max-turns.
+    env_kwargs = dict(pool_args(args)["env_kwargs"])
+    if args.max_turns is not None:
+        env_kwargs["max_turns"] = args.max_turns
     try:
         proposer, evaluator, budget = build_parts(args, args.env)
         problems = [
@@ -231,6 +236,7 @@ def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
                 evaluator,
                 seed=s,
                 split=args.split,
+                env_kwargs=env_kwargs,
                 gamma=args.gamma,
                 stop_on_win=not args.no_stop_on_win,
             )

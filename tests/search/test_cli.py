@@ -112,6 +112,19 @@ def test_eval_with_search(tmp_path, capsys):
     assert rows["oracle"]["success_rate"] == 1.0
 
 
+def test_eval_with_search_plays_the_envs_of_env_kwargs_and_max_turns(tmp_path):
+    """The search row used to build its envs without --env-kwargs and --max-turns."""
+    base = ["eval", "--policy", "random", "--env", "arborl/Maze-v0", "--num-episodes", "6",
+            "--search", "mcts", "--budget", "60", "--proposer", "actions", "--no-baselines",
+            "--no-progress"]  # fmt: skip
+    js = tmp_path / "eval.json"
+    assert main([*base, "--max-turns", "2", "--json", str(js)]) == 0
+    (row,) = json.loads(js.read_text())["rows"]
+    assert row["policy"] == "random+mcts@60" and 0 < row["mean_turns"] <= 2
+    with pytest.raises(SystemExit, match="bogus"):
+        main([*base, "--env-kwargs", '{"bogus": 1}'])
+
+
 def test_bad_flags_fail_clearly(capsys):
     base = ["search", "--env", "arborl/Game24-v0", "--algo", "mcts", "--proposer", "actions"]
     with pytest.raises(SystemExit, match=r"--param 'width': write KEY=VALUE"):
