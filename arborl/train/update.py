@@ -204,13 +204,9 @@ def minibatch_counts(mb: Batch) -> dict[str, float]:
     return {"num_seqs": float(len(mb)), "num_tokens": tokens}
 
 
-def _micro_batches(shard: Batch | None, max_tokens: int) -> list[Batch]:
-    return micro_batches(shard, max_tokens) if shard is not None and len(shard) else []
-
-
-def _actor_micro_batches(shard: Batch | None, max_tokens: int) -> list[Batch]:
-    """A shard's micro-batches for the policy loss, rows of one prompt together
-    (`group_prompts`), so each distinct prompt is encoded about once per optimizer step."""
+def _grouped_micro_batches(shard: Batch | None, max_tokens: int) -> list[Batch]:
+    """A shard's micro-batches, rows of one prompt together (`group_prompts`), so each
+    distinct prompt is encoded about once per optimizer step (policy loss and critic fit)."""
     if shard is None or not len(shard):
         return []
     grouped, groups = group_prompts(shard)
@@ -249,7 +245,7 @@ def actor_update(
         acc = {**dict.fromkeys(ADDITIVE, 0.0), **dict.fromkeys(MEANS, 0.0)}
         tokens, ratio_max, finite = 0.0, 0.0, 1.0
         with comm.gathered(model):
-            for mb in _actor_micro_batches(shard, algo.micro_batch_tokens):
+            for mb in _grouped_micro_batches(shard, algo.micro_batch_tokens):
                 loss, st = _micro_loss(
                     model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens
                 )
@@ -345,13 +341,23 @@ def score_rows(model, batch: Batch, temperature: float, max_tokens: int) -> torc
 
 
 def critic_values(critic, batch: Batch, max_tokens: int) -> torch.Tensor:
-    """(R,) value of each row's state: the critic at the last prompt token."""
+    """(R,) value of each row's state: the critic at the last prompt token.
+
+    Rows with the same prompt (a group's episodes in the same state, a state visited again:
+    the demo's ~1,500 rows hold ~110 distinct prompts) are one state: each distinct prompt
+    runs once and its value is indexed out to its rows. Indexing is differentiable, so in
+    the critic fit the gradients of a state's rows sum into its one forward: the same
+    numbers as a forward per row, to float rounding."""
     prompt_len = int(batch.info["prompt_length"])
+    ids = batch.tensors["input_ids"][:, :prompt_len]
+    first, inverse = distinct_rows(ids, batch.tensors["attention_mask"][:, :prompt_len])
+    states = batch[first] if len(first) < len(batch) else batch
     out = []
-    for mb in micro_batches(batch, max_tokens):
+    for mb in micro_batches(states, max_tokens):
         ids, attn, p, _ = _trim(mb, prompt_len)
         out.append(critic(ids[:, :p], attn[:, :p])[:, -1])
-    return torch.cat(out)
+    values = torch.cat(out)
+    return values if states is batch else values[inverse]
 
 
 def critic_update(critic, optimizer, batch: Batch, algo, generator) -> UpdateResult:
@@ -376,7 +382,8 @@ def critic_fit(
         num_rows = float((shard if shard is not None else template).info.get("num_seqs", 1))
         mb_loss = 0.0
         with comm.gathered(critic):
-            for mb in _micro_batches(shard, algo.micro_batch_tokens):
+            # Rows of one state together, so that each micro-batch scores it once.
+            for mb in _grouped_micro_batches(shard, algo.micro_batch_tokens):
                 values = critic_values(critic, mb, algo.micro_batch_tokens)
                 loss, _ = algos.value_loss(
                     values[:, None], mb.tensors["old_values"][:, None],

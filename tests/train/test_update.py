@@ -152,6 +152,11 @@ def test_group_prompts_and_their_micro_batch_cost():
     assert [len(mb) for mb in micro_batches(grouped, 27)] == [3, 3]
 
 
+def _plain_micro_batches(shard, max_tokens):
+    """Micro-batches in schedule order, rows not regrouped by prompt."""
+    return micro_batches(shard, max_tokens) if shard is not None and len(shard) else []
+
+
 def test_grouped_update_equals_the_plain_one(rollout, monkeypatch):
     """Rows regrouped by prompt (and encoded once per prompt) give the same step as the
     rows in schedule order, each scored on its own: loss, gradient norm and weights agree
@@ -163,11 +168,52 @@ def test_grouped_update_equals_the_plain_one(rollout, monkeypatch):
     batch = batch.repeat(3, interleave=False)  # every prompt repeats (a GRPO group)
     algo = replace(AlgoConfig(), minibatch_size=len(batch), grad_clip=0.0)
     grouped, up_grouped = _one_step(model, batch, algo)
-    monkeypatch.setattr(update, "_actor_micro_batches", update._micro_batches)
+    monkeypatch.setattr(update, "_grouped_micro_batches", _plain_micro_batches)
     monkeypatch.setattr(scoring, "takes_4d_mask", lambda model: False)
     plain = replace(algo, micro_batch_tokens=1)  # one row per forward: nothing shared
     ref, up_ref = _one_step(model, batch, plain)
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert up_grouped.stats[key] == pytest.approx(up_ref.stats[key], rel=1e-5, abs=1e-7)
+    for (name, p), q in zip(grouped.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_critic_scores_each_state_once_with_the_numbers_of_a_forward_per_row(rollout, monkeypatch):
+    """Rows of one state (same prompt) share one critic forward: values, and the weights
+    after a critic fit, equal those of one forward per row to float rounding."""
+    import arborl.train.update as update
+    from arborl.models import ValueModel
+    from arborl.train.update import critic_fit, critic_values
+
+    _, batch = rollout
+    batch = batch.repeat(3, interleave=False)  # every state 3 times
+    gen = torch.Generator().manual_seed(1)
+    batch["returns"] = torch.rand(len(batch), generator=gen)
+    batch["old_values"] = torch.zeros(len(batch))
+    critic = ValueModel.from_policy_spec("tiny-0.1m", seed=3)
+    forwards = []
+    hook = critic.register_forward_hook(lambda _m, args, _o: forwards.append(len(args[0])))
+    with torch.no_grad():
+        shared = critic_values(critic, batch, 10**6)
+        one_per_row = torch.cat([critic_values(critic, batch[i : i + 1], 10**6)
+                                 for i in range(len(batch))])  # fmt: skip
+    hook.remove()
+    assert forwards[0] * 3 <= len(batch)  # one forward over the distinct states only
+    assert torch.allclose(shared, one_per_row, atol=1e-6)
+
+    algo = replace(AlgoConfig(), grad_clip=0.0, value_clip=None)
+
+    def fit(max_tokens):
+        c = copy.deepcopy(critic)
+        opt = torch.optim.SGD(c.parameters(), lr=1.0)
+        up = critic_fit(c, opt, [batch], batch[:1], replace(algo, micro_batch_tokens=max_tokens))
+        return c, up
+
+    grouped, up_grouped = fit(10**6)
+    monkeypatch.setattr(update, "_grouped_micro_batches", _plain_micro_batches)
+    ref, up_ref = fit(1)  # a row per micro-batch: nothing shared
+    assert up_grouped.stats["critic/value_loss"] == pytest.approx(
+        up_ref.stats["critic/value_loss"], rel=1e-5
+    )
     for (name, p), q in zip(grouped.named_parameters(), ref.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
