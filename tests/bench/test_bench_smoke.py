@@ -98,3 +98,29 @@ def test_sft_step_bench_writes_both_sides(tmp_path):
     assert "| side |" in stdout
     doc = json.loads(out.read_text())
     assert doc["median_s"]["arborl"] > 0 and doc["median_s"]["minimal"] > 0 and doc["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_async_rollout_bench_runs_both_schedules_to_the_same_episodes(tmp_path):
+    out = tmp_path / "async.json"
+    stdout = _run_plain("async_rollout.py", "--quick", "--presets", "tiny-0.1m", "--out", str(out))
+    assert "| policy prompts |" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["env_id"] == "bench/SlowMaze-v0" and doc["num_envs"] == 16
+    assert doc["identical_trajectories"] == {"tiny-0.1m demo": [True]}
+    for schedule in ("lockstep", "async"):
+        (run,) = doc["runs"][f"tiny-0.1m demo {schedule}"]
+        assert run["env_steps"] > 0 and run["steps_per_s"] > 0 and run["generate_calls"] > 0
+    assert doc["speedup"]["tiny-0.1m demo"] > 0
+
+
+@pytest.mark.slow
+def test_bpe_drift_bench_counts_re_encoded_turns(tmp_path):
+    out = tmp_path / "bpe_drift.json"
+    stdout = _run_plain("bpe_drift.py", "--quick", "--out", str(out))
+    assert "| env |" in stdout
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["env_id"] == "arborl/Maze-v0" and case["max_new_tokens"] == 6
+    assert 0 < case["turns"] <= 2 * 2 * 3  # 2 tasks x 2 episodes x up to 3 turns
+    assert 0 <= case["re_encoded_differs"] <= case["turns"]
+    assert case["fraction"] == case["re_encoded_differs"] / case["turns"]
