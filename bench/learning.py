@@ -17,9 +17,12 @@ same settings (`--fresh` retrains), so an interrupted benchmark resumes where it
     python bench/learning.py                          # the full table (~80 min on 2 cores)
     python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
     python bench/learning.py --quick                  # toy size, what tests/bench runs
-    # issue 16's ordering table (converging budgets, 5 seeds; many CPU hours on 2 cores):
-    python bench/learning.py --seeds 0 1 2 3 4 --envs maze sokoban frozenlake-slippery \
-        --env-steps maze=150000 sokoban=60000 frozenlake-slippery=150000
+    # issue 16's 5-seed tables in docs/BENCHMARKS.md (~1.5 h on 2 cores, two calls at once
+    # over disjoint seeds with one --work-dir, then these calls reuse every finished run):
+    python bench/learning.py --envs maze --seeds 0 1 2 3 4 --env-steps 120000
+    python bench/learning.py --envs frozenlake-slippery --seeds 0 1 2 3 4 --env-steps 60000
+    # Sokoban at a budget where it could converge (not run yet: several hours on 2 cores):
+    python bench/learning.py --envs sokoban --seeds 0 1 2 3 4 --env-steps 60000
 """
 
 from __future__ import annotations
