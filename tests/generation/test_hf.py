@@ -254,7 +254,12 @@ def test_prompt_encodings_are_remembered_until_the_weights_change(monkeypatch):
     again = backend.generate(prompts[:2] + prompts, greedy)
     assert prefill_rows == [3]  # the second call encoded nothing
     for a, b in zip(first, again[2:]):
-        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+        # Same tokens; logprobs to float rounding: a 5-row decode step can round otherwise
+        # than a 3-row one (2e-7 apart on an AMD EPYC, equal on the Xeon).
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
     fresh = HFBackend(model, tok).generate(prompts, greedy)
     assert prefill_rows == [3, 3]
     for a, b in zip(first, fresh):

@@ -2,16 +2,18 @@
 
 The envs (`tests/learning/envs.py`) start from an SFT warm start on *random* legal actions,
 so the start policy knows the format and nothing else; each run is `RLTrainer` with the
-real loop, a 0.1M-parameter model, 40 RL steps of 4 tasks x 8 episodes at lr 1e-3, and a
+real loop, a 0.1M-parameter model, 60 RL steps of 4 tasks x 8 episodes at lr 1e-3, and a
 paired final evaluation (200 episodes) against the same run's own start. A sign error, a
 wrong response mask or a dropped gradient in the loop makes these fail (docs/training.md,
 "The RL sanity suite", records which tests each break failed).
 
-Stated targets (40 RL steps): Bandit and Corridor >= 0.85 held-out success for grpo,
+Stated targets (60 RL steps; at 40, Corridor with grpo reached 0.825 on an AMD EPYC, where
+float results differ from the Xeon's, so 40 held on one CPU of our kind only): Bandit and Corridor >= 0.85 held-out success for grpo,
 gigpo and ppo, each at least 0.4 above its start; Coin (equal returns, only the timing
 of the reward differs) >= 0.85 for gigpo and ppo (gamma 0.9) while episode-only grpo
 stays within 0.1 of its start, and gigpo beats grpo by >= 0.3. Measured 2026-12-01 on a
-2-core machine: the whole suite 38 s quiet (load 0.3), ~2.5 min at load ~11.
+2-core Xeon at 40 steps: the whole suite 38 s quiet (load 0.3), ~2.5 min at load ~11; at 60
+steps 52 s on a quiet AMD EPYC (2026-12-02).
 Deterministic on one thread (`trainer.num_threads=1`): the numbers do not depend on load.
 """
 
@@ -21,7 +23,7 @@ from .envs import BanditEnv, CoinEnv, CorridorEnv
 
 pytestmark = pytest.mark.slow
 
-STEPS = 40
+STEPS = 60
 TARGET = 0.85
 
 
