@@ -221,12 +221,11 @@ def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
     same task seeds the other rows use (so rows stay paired)."""
     from arborl.cli.rollout_cmd import pool_args
     from arborl.rollout import draw_seeds
+    from arborl.rollout.config import with_turn_limit
     from arborl.search.builders import make_problem, search_tasks
 
     # The same envs as the other rows: their --env-kwargs and --max-turns.
-    env_kwargs = dict(pool_args(args)["env_kwargs"])
-    if args.max_turns is not None:
-        env_kwargs["max_turns"] = args.max_turns
+    env_kwargs = with_turn_limit(pool_args(args)["env_kwargs"], args.max_turns)
     try:
         proposer, evaluator, budget = build_parts(args, args.env)
         problems = [
