@@ -48,9 +48,12 @@ ALGOS = ("ppo", "grpo", "gigpo")
 ENV_SETS: dict[str, list[str]] = {
     "maze": ["env=maze"],
     "sokoban": ["env=sokoban"],
-    # the long-horizon env until the env-packages issue brings TextWorld-Express/BabyAI:
-    # a move slips sideways 2 times in 3, so states recur across a group's episodes
+    # a long-horizon env without a package: a move slips sideways 2 times in 3, so states
+    # recur across a group's episodes
     "frozenlake-slippery": ["env=frozenlake", "env.kwargs={slippery: true}"],
+    # a real benchmark package (envpkgs/babyai, up to 64 turns; its venv runs the envs, so
+    # `arborl env add envpkgs/babyai && arborl env setup babyai/GoToLocal-v0` first)
+    "babyai": ["env=babyai"],
 }
 """Bench env name -> the config overrides that select it."""
 ENVS = tuple(ENV_SETS)

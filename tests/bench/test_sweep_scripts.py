@@ -65,3 +65,24 @@ def test_collect_tabulates_a_run_folder_from_what_it_wrote(tmp_path, capsys):
     assert all(0.0 <= e["lo"] <= e["success"] <= e["hi"] <= 1.0 for e in row["evals"])
     assert row["entropy_first5"] is not None and row["entropy_first5"] > 0
     assert "algo.name=gigpo" in capsys.readouterr().out
+
+
+def test_every_sanity_break_matches_the_code_once_and_changes_it(tmp_path):
+    """bench/sanity_breaks.py's edits apply to today's update.py (a refactor that moves the
+    code must update them, not silently run an unbroken suite), and a mismatch stops it."""
+    breaks = load_script("sanity_breaks")
+    source = (breaks.REPO / breaks.TARGET).read_text()
+    assert set(breaks.BREAKS) == {"sign", "mask", "gradient"}
+    for name in breaks.BREAKS:
+        target = tmp_path / f"{name}.py"
+        target.write_text(source)
+        breaks.apply_break(target, name)
+        broken = target.read_text()
+        assert broken != source and len(broken) > len(source), name
+        compile(broken, str(target), "exec")  # the broken module still imports
+    target.write_text("nothing to break here\n")
+    with pytest.raises(SystemExit, match="'sign': its text occurs 0 times"):
+        breaks.apply_break(target, "sign")
+    assert breaks.counts("== 9 failed, 1 passed in 61.2s ==") == {
+        "passed": 1, "failed": 9, "errors": 0
+    }  # fmt: skip
