@@ -21,8 +21,11 @@ same settings (`--fresh` retrains), so an interrupted benchmark resumes where it
     # over disjoint seeds with one --work-dir, then these calls reuse every finished run):
     python bench/learning.py --envs maze --seeds 0 1 2 3 4 --env-steps 120000
     python bench/learning.py --envs frozenlake-slippery --seeds 0 1 2 3 4 --env-steps 60000
-    # Sokoban at a budget where it could converge (not run yet: several hours on 2 cores):
     python bench/learning.py --envs sokoban --seeds 0 1 2 3 4 --env-steps 60000
+    # BabyAI GoToLocal, a real benchmark package (not run: prompts of ~320 characters make
+    # an SFT step ~4 s and an RL step minutes on 2 cores; docs/BENCHMARKS.md):
+    arborl env add envpkgs/babyai && arborl env setup babyai/GoToLocal-v0
+    python bench/learning.py --envs babyai --seeds 0 1 2 3 4 --env-steps 60000
 """
 
 from __future__ import annotations

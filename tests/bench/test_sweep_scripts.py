@@ -86,3 +86,12 @@ def test_every_sanity_break_matches_the_code_once_and_changes_it(tmp_path):
     assert breaks.counts("== 9 failed, 1 passed in 61.2s ==") == {
         "passed": 1, "failed": 9, "errors": 0
     }  # fmt: skip
+
+
+def test_every_learning_bench_env_set_is_a_valid_config():
+    learning = load_script("learning")
+    assert set(learning.ENV_SETS) >= {"maze", "sokoban", "frozenlake-slippery", "babyai"}
+    ids = {}
+    for env, overrides in learning.ENV_SETS.items():
+        ids[env] = load_train_config([*overrides, "trainer.num_threads=1"]).env.id
+    assert ids["babyai"] == "babyai/GoToLocal-v0" and ids["sokoban"] == "arborl/Sokoban-v0"
