@@ -98,6 +98,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    pool_args(args)  # a bad --env-kwargs / --pool-mode / --env-urls stops before any row runs
     specs = [args.policy]
     if not args.no_baselines:
         specs += [b for b in ("random", "oracle") if b != args.policy]

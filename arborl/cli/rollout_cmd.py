@@ -76,9 +76,17 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
     p.add_argument(
         "--pool-mode",
         default="auto",
-        choices=("auto", *POOL_MODES),
+        choices=("auto", *POOL_MODES, "openenv"),
         help="where the envs run, as env.pool_mode in training (auto: the env package's "
-        "preferred mode, in-process for built-in envs)",
+        "preferred mode, in-process for built-in envs; openenv: the servers of --env-urls)",
+    )
+    p.add_argument(
+        "--env-urls",
+        nargs="+",
+        default=[],
+        metavar="URL",
+        help="env servers to use instead of starting envs, as env.urls in training: needed by "
+        "--pool-mode openenv, optional for http (bearer token: the ARBORL_TOKEN variable)",
     )
     p.add_argument(
         "--env-timeout-s",
@@ -106,11 +114,21 @@ def pool_args(args: argparse.Namespace) -> dict:
         ) from e
     if not isinstance(env_kwargs, dict):
         raise SystemExit(f"--env-kwargs {args.env_kwargs!r}: must be a JSON object")
-    return {
-        "pool_mode": args.pool_mode,
-        "pool_options": {"timeout_s": args.env_timeout_s},
-        "env_kwargs": env_kwargs,
-    }
+    options: dict = {"timeout_s": args.env_timeout_s}
+    if args.pool_mode == "openenv" and not args.env_urls:
+        raise SystemExit(
+            "--pool-mode openenv drives OpenEnv servers someone runs, but --env-urls is empty; "
+            "pass --env-urls http://HOST:PORT (for an arborl env: `arborl env serve ID "
+            "--protocol openenv`)"
+        )
+    if args.env_urls:
+        if args.pool_mode not in ("http", "openenv"):
+            raise SystemExit(
+                f"--env-urls {' '.join(args.env_urls)} is only read by --pool-mode http or "
+                f"openenv, but --pool-mode is {args.pool_mode}; pass --pool-mode http or openenv"
+            )
+        options.update(urls=list(args.env_urls), token=os.environ.get("ARBORL_TOKEN"))
+    return {"pool_mode": args.pool_mode, "pool_options": options, "env_kwargs": env_kwargs}
 
 
 def configs_from_args(
@@ -181,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not str(args.out).endswith((".jsonl", ".parquet")):
         raise SystemExit(f"--out {args.out!r}: use a .jsonl or .parquet file name")
+    pool = pool_args(args)  # bad pool flags stop before the policy loads
     cfg, agent = configs_from_args(args, args.group_size)
     policy = make_policy(args.policy, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
     partial = partial_path(args.out)
@@ -196,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             chunk_episodes=args.chunk_episodes,
             progress=bar.update,
             on_chunk=lambda trajs: append_trajectories(partial, trajs),
-            **pool_args(args),
+            **pool,
         )
     path = write_trajectories(args.out, result.trajectories)
     partial.unlink(missing_ok=True)

@@ -347,3 +347,44 @@ def test_trainer_pool_mode_openenv_uses_env_urls(maze_url, monkeypatch):
         assert pool.step(["u", "x"]) == ref.step(["u", "x"])
     finally:
         pool.close()
+
+
+def test_eval_and_rollout_run_on_openenv_servers(maze_url, monkeypatch, tmp_path, capsys):
+    """`arborl eval/rollout --pool-mode openenv --env-urls URL`: the episodes played on the
+    server are the ones played in process (same tasks, same oracle moves)."""
+    monkeypatch.setenv("ARBORL_TOKEN", TOKEN)
+    common = ["--env", "arborl/Maze-v0", "--split", "test", "--num-episodes", "6",
+              "--seed", "3", "--policy", "oracle"]  # fmt: skip
+    remote, local = tmp_path / "remote.json", tmp_path / "local.json"
+    flags = ["--no-baselines", "--no-progress", "--json"]
+    assert main(["eval", *common, *flags, str(remote), "--pool-mode", "openenv",
+                 "--env-urls", maze_url]) == 0  # fmt: skip
+    assert main(["eval", *common, *flags, str(local), "--pool-mode", "inproc"]) == 0
+    (r,), (ref,) = json.loads(remote.read_text())["rows"], json.loads(local.read_text())["rows"]
+    assert r["episodes"] == ref["episodes"] == 6
+    for key in ("success_rate", "mean_turns", "mean_return", "lost_tasks"):
+        assert r[key] == ref[key], key
+    out = tmp_path / "episodes.jsonl"
+    assert main(["rollout", *common, "--out", str(out), "--no-progress",
+                 "--pool-mode", "openenv", "--env-urls", maze_url]) == 0  # fmt: skip
+    assert len(out.read_text().splitlines()) == 6
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--pool-mode", "openenv"], "--env-urls is empty; pass --env-urls http://HOST:PORT"),
+        (["--env-urls", "http://127.0.0.1:9"], "only read by --pool-mode http or openenv"),
+    ],
+)
+@pytest.mark.parametrize("command", ["eval", "rollout"])
+def test_pool_flags_without_their_partner_stop_before_any_episode(
+    command, flags, message, tmp_path, capsys
+):
+    args = [command, "--env", "arborl/Maze-v0", "--policy", "random", "--num-episodes", "2"]
+    if command == "rollout":
+        args += ["--out", str(tmp_path / "e.jsonl")]
+    with pytest.raises(SystemExit, match=message):
+        main([*args, *flags])
+    assert not (tmp_path / "e.jsonl").exists()
