@@ -66,3 +66,36 @@ def test_float32_runs_in_float32(tmp_path):
         for h in hooks:
             h.remove()
     assert len(seen) > 100 and set(seen) == {torch.float32}
+
+
+def test_ray_rollout_worker_rolls_out_and_evaluates_in_bf16(tmp_path):
+    """The rollout worker of trainer.backend=ray (its methods called in this process, as a
+    Ray actor calls them): rollout and evaluation matmuls run in bf16 on fp32 weights, and
+    its behaviour logprobs are those of bf16 passes, not of fp32 ones."""
+    from arborl.distributed.workers import RolloutRole
+
+    def run(dtype: str):
+        cfg = load_train_config(
+            [*SMALL, f"model.dtype={dtype}", f"trainer.output_dir={tmp_path}", "model.seed=3"]
+        )
+        role = RolloutRole(cfg, 0, None)
+        seen, hooks = _linear_dtypes(role.backend.model)
+        try:
+            out = role.rollout({"seeds": [1, 2], "group_offset": 0, "seed": 0}, -1)
+            counts = role.evaluate({"seeds": [3, 4], "seed": 0}, -1)
+        finally:
+            for h in hooks:
+                h.remove()
+            role.close_pools()
+        assert {p.dtype for p in role.backend.model.parameters()} == {torch.float32}
+        return seen, out, counts
+
+    seen, bf16, counts = run("bfloat16")
+    assert len(seen) > 20 and set(seen) == {torch.bfloat16}
+    assert len(bf16["episodes"]) == 4 and counts  # 2 tasks x group 2, and an evaluation
+    seen32, fp32, _ = run("float32")
+    assert set(seen32) == {torch.float32}
+    lp16, lp32 = bf16["batch"].tensors["old_logp"], fp32["batch"].tensors["old_logp"]
+    assert lp16.dtype == lp32.dtype == torch.float32  # stored in fp32 either way
+    if lp16.shape == lp32.shape:  # same sampled tokens: the logprobs still differ
+        assert not torch.equal(lp16, lp32)
