@@ -229,6 +229,12 @@ class EvalConfig:
     save_episodes: int = field(default=16, metadata={"min": 0})
     """Episodes of each evaluation written to `eval_episodes/step-N.jsonl` for the
     report (0: none)."""
+    chunk_episodes: int | None = field(default=None, metadata={"min": 1})
+    """Episodes an evaluation runs at once (None: all of them). Each running episode has
+    its own env, and out of process that is a worker process each (a JVM each for
+    TextWorld-Express): a 500-episode evaluation of a packaged env is 500 processes unless
+    chunked. Chunks of one evaluation continue its sampling streams, so before and after
+    RL stay paired; numbers differ from an unchunked evaluation by sampling, not tasks."""
 
 
 @dataclass

@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from arborl.rollout import RolloutConfig, draw_seeds, run_episodes_with_policy
-from arborl.rollout.metrics import wilson_interval
+from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import LMPolicy
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
@@ -42,18 +42,22 @@ def evaluate_share(
         rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=sample_seed
     )
     policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
-    res = run_episodes_with_policy(
-        policy, env_id, seeds, cfg, split=split, env_kwargs=env_kwargs, pool_mode=pool_mode,
-        pool_options=pool_options,
-    )  # fmt: skip
-    out = {"episodes": float(n), "wins": float(sum(t.won for t in res.trajectories))}
-    out["env_errors"] = float(res.stats.get("env_errors", 0.0))
-    out.update({k: float(res.stats[k]) for k in STAT_KEYS if k in res.stats})
-    out["outcomes"] = {
-        int(seed): float(t.won) for seed, t in zip(seeds, res.trajectories, strict=True)
-    }
+    chunk = eval_cfg.chunk_episodes or n
+    episodes, trajectories = [], []
+    for c in range(0, n, chunk):  # one policy: each chunk continues its sampling streams
+        res = run_episodes_with_policy(
+            policy, env_id, seeds[c : c + chunk], cfg, split=split, env_kwargs=env_kwargs,
+            pool_mode=pool_mode, pool_options=pool_options,
+        )  # fmt: skip
+        episodes += res.episodes
+        trajectories += res.trajectories
+    stats = episode_stats(episodes, 0.0)
+    out = {"episodes": float(n), "wins": float(sum(t.won for t in trajectories))}
+    out["env_errors"] = float(stats.get("env_errors", 0.0))
+    out.update({k: float(stats[k]) for k in STAT_KEYS if k in stats})
+    out["outcomes"] = {int(seed): float(t.won) for seed, t in zip(seeds, trajectories, strict=True)}
     if keep_episodes:
-        out["sample"] = res.trajectories[:keep_episodes]
+        out["sample"] = trajectories[:keep_episodes]
     return out
 
 

@@ -43,3 +43,41 @@ def test_summarize_eval_merges_the_outcomes_of_every_share():
     ]
     out = summarize_eval(shares)
     assert out["outcomes"] == {5: 1.0, 6: 0.0, 7: 1.0} and out["success"] == pytest.approx(2 / 3)
+
+
+def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(monkeypatch):
+    """eval.chunk_episodes: no pool holds more envs than a chunk; the tasks are the same,
+    and a greedy evaluation (no sampling) gives the same outcomes and stats as one batch."""
+    import arborl.rollout.engine as engine
+    from arborl.agent import AgentConfig
+    from arborl.generation import HFBackend
+    from arborl.models import load_policy
+    from arborl.rollout import RolloutConfig
+    from arborl.train.config import EvalConfig
+    from arborl.train.evaluate import evaluate_policy
+
+    sizes = []
+    real = engine.make_pool
+    monkeypatch.setattr(
+        engine, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
+    )
+    model, tok = load_policy("tiny-0.1m", seed=0)
+    backend = HFBackend(model, tok)
+    rollout = RolloutConfig(max_turns=4, max_new_tokens=4)
+    args = (backend, tok, "arborl/Maze-v0", {"short_actions": True}, AgentConfig(), rollout)
+
+    def run(chunk, temperature):
+        sizes.clear()
+        cfg = EvalConfig(num_episodes=7, temperature=temperature, chunk_episodes=chunk, seed=4)
+        return evaluate_policy(*args, cfg), list(sizes)
+
+    whole, whole_sizes = run(None, 0.0)
+    chunked, chunked_sizes = run(3, 0.0)
+    assert whole_sizes == [7] and chunked_sizes == [3, 3, 1]
+    assert chunked["outcomes"] == whole["outcomes"] and len(whole["outcomes"]) == 7
+    for key in ("success", "episodes", "mean_return", "mean_turns", "invalid_action_rate"):
+        assert chunked[key] == pytest.approx(whole[key]), key
+    sampled, _ = run(3, 1.0)
+    again, _ = run(3, 1.0)
+    assert sampled["outcomes"].keys() == whole["outcomes"].keys()
+    assert sampled == again  # chunks continue one seeded stream: repeatable
