@@ -179,6 +179,7 @@ def run_rl(env: str, algo: str, seed: int, args, policy: str, budget: int) -> di
     before, after = summary["before"], summary["after"]
     return {
         **step_means(run_dir / "metrics.jsonl"),
+        **train_phases(run_dir / "metrics.jsonl"),
         "env": env, "algo": algo, "seed": seed,
         "sft_success": before["success"], "success": after["success"],
         "success_lo": after["success_lo"], "success_hi": after["success_hi"],
@@ -209,6 +210,48 @@ def step_means(metrics_path: Path) -> dict[str, float]:
     return out
 
 
+PHASES = ("first10", "mid10", "last10")
+"""Windows of RL steps whose mean rollout success (`train/success`) shows the trend of a
+run: its first 10 steps, the 10 around its middle, its last 10."""
+
+
+def train_phases(metrics_path: Path) -> dict[str, float]:
+    """Mean `train/success` of each `PHASES` window of a run's RL steps."""
+    vals = [r["train/success"] for r in read_metrics(metrics_path) if "train/success" in r]
+    if not vals:
+        return {}
+    mid = max(0, len(vals) // 2 - 5)
+    windows = {"first10": vals[:10], "mid10": vals[mid : mid + 10], "last10": vals[-10:]}
+    return {f"train_success_{k}": statistics.mean(v) for k, v in windows.items()}
+
+
+PHASE_KEYS = tuple(f"train_success_{k}" for k in PHASES)
+
+PAIRS = (("gigpo", "grpo"), ("grpo", "ppo"), ("gigpo", "ppo"))
+"""Algorithm pairs compared per seed (first minus second): GiGPO's claim, then GRPO and
+GiGPO against PPO."""
+
+
+def paired_differences(runs: list[dict]) -> list[dict]:
+    """Per env and `PAIRS` entry: held-out success of a minus b on each seed both ran (the
+    same SFT start and held-out tasks), their mean and sd, and on how many seeds a led."""
+    out = []
+    for env in dict.fromkeys(r["env"] for r in runs):
+        by = {(r["algo"], r["seed"]): r["success"] for r in runs if r["env"] == env}
+        for a, b in PAIRS:
+            seeds = sorted({s for (x, s) in by if x == a} & {s for (x, s) in by if x == b})
+            if not seeds:
+                continue
+            diffs = [by[(a, s)] - by[(b, s)] for s in seeds]
+            out.append({
+                "env": env, "a": a, "b": b, "seeds": seeds, "diffs": diffs,
+                "mean": statistics.mean(diffs),
+                "sd": statistics.stdev(diffs) if len(diffs) > 1 else float("nan"),
+                "seeds_ahead": sum(d > 0 for d in diffs),
+            })  # fmt: skip
+    return out
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     """Per (env, algo): mean success after SFT and after RL, and the mean gain over seeds."""
     out = []
@@ -224,6 +267,7 @@ def summarize(runs: list[dict]) -> list[dict]:
                 "sd_gain": statistics.stdev(gains) if len(gains) > 1 else float("nan"),
                 "gains": gains, "mean_env_steps": statistics.mean(r["env_steps"] for r in rs),
                 **{k: statistics.mean(r[k] for r in rs) for k in STEP_KEYS if k in rs[0]},
+                **{k: statistics.mean(r[k] for r in rs) for k in PHASE_KEYS if k in rs[0]},
             })  # fmt: skip
     return out
 
@@ -356,6 +400,16 @@ def main(argv: list[str] | None = None) -> None:
     headers = ["env", "algo", "seeds", "mean after SFT", "mean after RL", "mean gain", "gain/seed"]
     headers.append("shared anchors")
     print("\n" + format_table(headers, rows))
+    pairs = paired_differences(runs)
+    rows = [
+        [d["env"], f"{d['a']} - {d['b']}", " ".join(f"{x:+.3f}" for x in d["diffs"]),
+         f"{d['mean']:+.3f}", f"{d['seeds_ahead']}/{len(d['seeds'])}"]
+        for d in pairs
+    ]  # fmt: skip
+    print("\n" + format_table(["env", "comparison", "per seed", "mean", "seeds ahead"], rows))
+    rows = [[s["env"], s["algo"], *(s.get(k, float("nan")) for k in PHASE_KEYS)] for s in summary]
+    print("\n" + format_table(["env", "algo", "train success, first 10 steps", "middle 10",
+                                "last 10"], rows))  # fmt: skip
     out = Path(args.out)
     png = plot(runs, sfts, out.with_suffix(".png"))
     machine = machine_info(1)
@@ -370,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
             "extra_overrides": args.set, "work_dir": shown_path(args.work_dir),
         },
         "sft": [{**s, "policy": shown_path(s["policy"])} for s in sfts], "runs": runs, "summary": summary,
+        "paired": pairs,
         "total_wall_s": round(time.perf_counter() - t0, 1), "machine": machine,
     }  # fmt: skip
     print(f"wrote {write_json(result, args.out, 'learning')} and {png}")
