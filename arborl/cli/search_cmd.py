@@ -220,13 +220,23 @@ def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
     """`arborl eval --search A`: the policy's row, each task solved by search `A` on the
     same task seeds the other rows use (so rows stay paired)."""
     from arborl.cli.rollout_cmd import pool_args
+    from arborl.envs import make_pool
+    from arborl.envs.modes import resolve_mode
     from arborl.rollout import draw_seeds
     from arborl.rollout.config import with_turn_limit
     from arborl.search.builders import make_problem, search_tasks
 
-    # The same envs as the other rows: their --env-kwargs and --max-turns.
-    env_kwargs = with_turn_limit(pool_args(args)["env_kwargs"], args.max_turns)
+    # The same envs as the other rows: their --env-kwargs, --max-turns and --pool-mode (a
+    # packaged env's search runs in its venv, forking branches by remote snapshot/restore).
+    flags = pool_args(args)
+    env_kwargs = with_turn_limit(flags["env_kwargs"], args.max_turns)
+    seeds = draw_seeds(args.num_episodes, args.seed)
+    pool = None
     try:
+        mode = resolve_mode(args.env, args.pool_mode)
+        if mode != "inproc":
+            opts = {**flags["pool_options"], **env_kwargs}
+            pool = make_pool(args.env, len(seeds), mode, split=args.split, **opts)
         proposer, evaluator, budget = build_parts(args, args.env)
         problems = [
             make_problem(
@@ -236,14 +246,18 @@ def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
                 seed=s,
                 split=args.split,
                 env_kwargs=env_kwargs,
+                env=None if pool is None else pool[i],
                 gamma=args.gamma,
                 stop_on_win=not args.no_stop_on_win,
             )
-            for s in draw_seeds(args.num_episodes, args.seed)
+            for i, s in enumerate(seeds)
         ]
         _, s = search_tasks(args.algo, parse_params(args.param), problems, budget, args.seed)
     except (ValueError, TypeError, KeyError) as e:
         raise SystemExit(f"arborl eval --search: {e}") from e
+    finally:
+        if pool is not None:
+            pool.close()
     return {
         "policy": f"{args.policy or args.proposer}+{args.algo}@{args.budget}",
         "success_rate": s["success_rate"],

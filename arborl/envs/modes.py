@@ -107,7 +107,15 @@ def make_pool(env_id: str, num_envs: int, mode: str | None = None, **kwargs: Any
     kwargs go to the env's constructor.
     """
     ctx = package_context(env_id)
-    if mode is None:
-        mode = ctx["manifest"].isolation if ctx["manifest"] else "inproc"
+    mode = resolve_mode(env_id, mode, ctx)
     builder = POOL_MODES.get(mode)  # an unknown mode raises ValueError listing the known
     return builder(env_id, num_envs, ctx, **kwargs)
+
+
+def resolve_mode(env_id: str, mode: str | None, ctx: dict[str, Any] | None = None) -> str:
+    """The pool mode `make_pool` uses: `mode`, or for None or "auto" the env package's
+    preferred isolation ("inproc" for a plain env). `ctx`: `package_context(env_id)`."""
+    if mode is not None and mode != "auto":
+        return mode
+    manifest = (ctx or package_context(env_id))["manifest"]
+    return manifest.isolation if manifest else "inproc"

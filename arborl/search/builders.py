@@ -134,12 +134,15 @@ def make_problem(
     task: dict | None = None,
     split: str = "test",
     env_kwargs: dict | None = None,
+    env: Any = None,
     **kw: Any,
 ) -> Problem:
-    """A `Problem` on a fresh `env_id` env posed `task` (or the task `seed` draws)."""
+    """A `Problem` on a fresh `env_id` env posed `task` (or the task `seed` draws); `env`:
+    an instance to use instead (e.g. a remote pool's `pool[i]`, built with `env_kwargs`)."""
     import arborl.envs as envs
 
-    env = envs.make(env_id, **(env_kwargs or {}))
+    if env is None:
+        env = envs.make(env_id, **(env_kwargs or {}))
     return Problem(
         env, proposer, evaluator, task=task, seed=seed, reset_options={"split": split}, **kw
     )

@@ -135,3 +135,31 @@ def test_bad_flags_fail_clearly(capsys):
         main(["search", "--env", "arborl/Game24-v0", "--algo", "mcts"])
     with pytest.raises(SystemExit, match="is not valid JSON"):
         main([*base, "--task", "{numbers"])
+
+
+def test_eval_with_search_runs_in_the_pool_mode_of_the_other_rows(tmp_path, monkeypatch):
+    """--pool-mode subprocess: the search forks branches by snapshot/restore in worker
+    processes and finds what it finds in process (same tasks, same search seeds)."""
+    import arborl.envs
+
+    pools = []
+    real = arborl.envs.make_pool
+
+    def spy(env_id, num_envs, mode=None, **kw):
+        pool = real(env_id, num_envs, mode, **kw)
+        pools.append((num_envs, mode, type(pool).__name__))
+        return pool
+
+    monkeypatch.setattr(arborl.envs, "make_pool", spy)
+    base = ["eval", "--policy", "random", "--env", "arborl/Maze-v0", "--num-episodes", "4",
+            "--search", "mcts", "--budget", "40", "--proposer", "actions", "--no-baselines",
+            "--no-progress", "--seed", "5"]  # fmt: skip
+    rows = {}
+    for mode in ("inproc", "subprocess"):
+        js = tmp_path / f"{mode}.json"
+        assert main([*base, "--pool-mode", mode, "--json", str(js)]) == 0
+        (rows[mode],) = json.loads(js.read_text())["rows"]
+    for key in ("success_rate", "mean_turns", "mean_return", "mean_nodes", "stop_reasons"):
+        assert rows["subprocess"][key] == rows["inproc"][key], key
+    assert rows["inproc"]["mean_nodes"] > 1
+    assert pools == [(4, "subprocess", "RemotePool")]  # in process: no pool, as before
