@@ -121,13 +121,17 @@ def cached(run_dir: Path, overrides: list[str], fresh: bool) -> dict | None:
     return None
 
 
-def shown_path(path: str | Path) -> str:
-    """`path` relative to the repo when inside it, so results name no machine's folders."""
+def shown_path(path: str | Path, work_dir: str | Path | None = None) -> str:
+    """`path` relative to the repo when inside it, else as `<work-dir>/...` when inside
+    `work_dir`, so that results name no machine's folders."""
+    path = Path(path).resolve()
     repo = Path(__file__).resolve().parents[1]
-    try:
-        return str(Path(path).resolve().relative_to(repo))
-    except ValueError:
-        return str(path)
+    if path.is_relative_to(repo):
+        return str(path.relative_to(repo))
+    if work_dir is not None and path.is_relative_to(Path(work_dir).resolve()):
+        rel = path.relative_to(Path(work_dir).resolve())
+        return "<work-dir>" if rel == Path() else f"<work-dir>/{rel}"
+    return str(path)
 
 
 def run_sft(env: str, seed: int, args, demos: int, steps: int) -> dict[str, Any]:
@@ -421,9 +425,9 @@ def main(argv: list[str] | None = None) -> None:
             "envs": args.envs, "algos": args.algos, "seeds": args.seeds,
             "env_steps_budget": budgets, "sft_demos": demos, "sft_steps": sft_steps,
             "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed,
-            "extra_overrides": args.set, "work_dir": shown_path(args.work_dir),
+            "extra_overrides": args.set, "work_dir": shown_path(args.work_dir, args.work_dir),
         },
-        "sft": [{**s, "policy": shown_path(s["policy"])} for s in sfts], "runs": runs, "summary": summary,
+        "sft": [{**s, "policy": shown_path(s["policy"], args.work_dir)} for s in sfts], "runs": runs, "summary": summary,
         "paired": pairs,
         "total_wall_s": round(time.perf_counter() - t0, 1), "machine": machine,
     }  # fmt: skip

@@ -121,3 +121,13 @@ def test_learning_bench_train_phases_are_the_windows_of_rollout_success(tmp_path
     assert phases == {
         "train_success_first10": 4.5, "train_success_mid10": 14.5, "train_success_last10": 24.5
     }  # fmt: skip
+
+
+def test_learning_bench_results_name_no_machine_folder(tmp_path):
+    learning = load_script("learning")
+    work = tmp_path / "work"
+    assert learning.shown_path(work / "maze-sft-s0" / "policy", work) == (
+        "<work-dir>/maze-sft-s0/policy"
+    )
+    assert learning.shown_path(work, work) == "<work-dir>"
+    assert learning.shown_path(BENCH / "results", work) == "bench/results"
