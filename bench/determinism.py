@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     ]  # fmt: skip
     print(format_table(headers, table))
     machine = {**machine_info(1), "loadavg_before": list(load_before)}
-    result = {"benchmark": "determinism", "setup": vars(args), "runs": rows, "machine": machine}
+    # the work dir is this machine's folder: recorded as a placeholder, not a path
+    setup = {**vars(args), "work_dir": "<work-dir>"}
+    result = {"benchmark": "determinism", "setup": setup, "runs": rows, "machine": machine}
     print("wrote", write_json(result, args.out or str(RESULTS_DIR / "determinism.json"), "x"))
 
 
