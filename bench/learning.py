@@ -17,8 +17,9 @@ same settings (`--fresh` retrains), so an interrupted benchmark resumes where it
     python bench/learning.py                          # the full table (~80 min on 2 cores)
     python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
     python bench/learning.py --quick                  # toy size, what tests/bench runs
-    # issue 16's 5-seed tables in docs/BENCHMARKS.md (~1.5 h on 2 cores, two calls at once
-    # over disjoint seeds with one --work-dir, then these calls reuse every finished run):
+    # issue 16's 5-seed tables in docs/BENCHMARKS.md (Maze+FrozenLake ~1.5 h, Sokoban ~1.3 h
+    # on 2 cores; parallel calls over disjoint seeds with one --work-dir, then these calls
+    # reuse every finished run):
     python bench/learning.py --envs maze --seeds 0 1 2 3 4 --env-steps 120000
     python bench/learning.py --envs frozenlake-slippery --seeds 0 1 2 3 4 --env-steps 60000
     python bench/learning.py --envs sokoban --seeds 0 1 2 3 4 --env-steps 60000
@@ -64,7 +65,8 @@ DEFAULT_ENVS = ("maze", "sokoban")
 # Per-env defaults, chosen by measurement (docs/BENCHMARKS.md). Sokoban needs more demos and
 # SFT steps than Maze (300 demos / 500 steps give tiny-1m ~0.34 held-out success, so RL has
 # mixed groups to learn from). The env-step budget is ~20 RL steps on Maze and ~4 on Sokoban
-# (longer episodes; a Sokoban PPO step costs ~2 min on 2 cores). A first cut at 3,000 env
+# (longer episodes; a Sokoban PPO step cost ~2 min on 2 cores before PPO's critic dedup, ~45 s
+# after, at load 4). A first cut at 3,000 env
 # steps (1-2 RL steps) showed no learning at all: raise the budgets on a bigger machine.
 DEFAULTS: dict[str, dict[str, int]] = {
     "sft_demos": {"maze": 100, "sokoban": 300, "frozenlake-slippery": 100},
