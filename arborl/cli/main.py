@@ -43,18 +43,6 @@ COMMANDS: list[tuple[str, str, str]] = [
 the one the module registers (a test checks that they agree)."""
 
 
-def _register(sub: argparse._SubParsersAction, module: str) -> bool:
-    """Add the command's real parser; False if its module is not part of this build."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("arborl.cli"):
-            return False  # command not built yet
-        raise
-    mod.register(sub)
-    return True
-
-
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The `arborl` parser with the real parser of `command` ("*": of every command) and,
     for the others, a stub that only lists the command and its one-line help."""
@@ -66,7 +54,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_ in COMMANDS:
         if command in ("*", name):
-            _register(sub, module)
+            importlib.import_module(module).register(sub)
         else:
             sub.add_parser(name, help=help_, add_help=False)
     return parser

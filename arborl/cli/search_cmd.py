@@ -218,57 +218,31 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
     """`arborl eval --search A`: the policy's row, each task solved by search `A` on the
-    same task seeds the other rows use (so rows stay paired)."""
+    same task seeds and envs (--env-kwargs, --max-turns, --pool-mode) the other rows use."""
     from arborl.cli.rollout_cmd import pool_args
-    from arborl.envs import make_pool
-    from arborl.envs.modes import resolve_mode
     from arborl.rollout import draw_seeds
-    from arborl.rollout.config import with_turn_limit
-    from arborl.search.builders import make_problem, search_tasks
+    from arborl.search.builders import evaluate_search
 
-    # The same envs as the other rows: their --env-kwargs, --max-turns and --pool-mode (a
-    # packaged env's search runs in its venv, forking branches by remote snapshot/restore).
     flags = pool_args(args)
-    env_kwargs = with_turn_limit(flags["env_kwargs"], args.max_turns)
-    seeds = draw_seeds(args.num_episodes, args.seed)
-    pool = None
     try:
-        mode = resolve_mode(args.env, args.pool_mode)
-        if mode != "inproc":
-            opts = {**flags["pool_options"], **env_kwargs}
-            pool = make_pool(args.env, len(seeds), mode, split=args.split, **opts)
         proposer, evaluator, budget = build_parts(args, args.env)
-        problems = [
-            make_problem(
-                args.env,
-                proposer,
-                evaluator,
-                seed=s,
-                split=args.split,
-                env_kwargs=env_kwargs,
-                env=None if pool is None else pool[i],
-                gamma=args.gamma,
-                stop_on_win=not args.no_stop_on_win,
-            )
-            for i, s in enumerate(seeds)
-        ]
-        _, s = search_tasks(args.algo, parse_params(args.param), problems, budget, args.seed)
+        summary = evaluate_search(
+            args.env,
+            draw_seeds(args.num_episodes, args.seed),
+            args.algo,
+            parse_params(args.param),
+            budget,
+            proposer=proposer,
+            evaluator=evaluator,
+            split=args.split,
+            pool_mode=flags["pool_mode"],
+            pool_options=flags["pool_options"],
+            env_kwargs=flags["env_kwargs"],
+            max_turns=args.max_turns,
+            gamma=args.gamma,
+            stop_on_win=not args.no_stop_on_win,
+            seed=args.seed,
+        )
     except (ValueError, TypeError, KeyError) as e:
         raise SystemExit(f"arborl eval --search: {e}") from e
-    finally:
-        if pool is not None:
-            pool.close()
-    return {
-        "policy": f"{args.policy or args.proposer}+{args.algo}@{args.budget}",
-        "success_rate": s["success_rate"],
-        "ci_low": s["success_ci_low"],
-        "ci_high": s["success_ci_high"],
-        "mean_return": s["mean_return"],
-        "mean_turns": s["mean_turns"],
-        "invalid_action_rate": s["invalid_action_rate"],
-        "episodes": s["episodes"],
-        "wall_s": s["wall_s"],
-        "mean_nodes": s["mean_nodes"],
-        "mean_model_calls": s["mean_model_calls"],
-        "stop_reasons": s["stop_reasons"],
-    }
+    return {"policy": f"{args.policy or args.proposer}+{args.algo}@{args.budget}", **summary}

@@ -5,7 +5,9 @@
     problem = make_problem("arborl/Maze-v0", proposer, evaluator, seed=3)
 
 `search_tasks` runs one search per task seed and summarises success with a Wilson 95%
-interval, the figures `arborl eval --search` and `bench/search_scaling.py` report.
+interval (`success_lo`, `success_hi`), the figures `bench/search_scaling.py` reports;
+`evaluate_search` does the same on the envs an evaluation uses (its pool mode, env kwargs
+and turn limit), the row `arborl eval --search` prints.
 """
 
 from __future__ import annotations
@@ -166,8 +168,8 @@ def search_tasks(
     nodes = [r.best_node for r in results]
     summary = {
         "success_rate": k / max(1, n),
-        "success_ci_low": lo,
-        "success_ci_high": hi,
+        "success_lo": lo,
+        "success_hi": hi,
         "mean_return": sum(x.ret for x in nodes) / max(1, n),
         "mean_turns": sum(len(r.actions) for r in results) / max(1, n),
         "invalid_action_rate": _invalid_rate(results),
@@ -179,6 +181,63 @@ def search_tasks(
     }
     summary["stop_reasons"] = _count(r.stop_reason for r in results)
     return results, summary
+
+
+def evaluate_search(
+    env_id: str,
+    seeds: Sequence[int],
+    algo: str,
+    params: dict[str, Any],
+    budget: Budget,
+    *,
+    proposer: Any,
+    evaluator: Any = None,
+    split: str = "test",
+    pool_mode: str | None = None,
+    pool_options: dict[str, Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    gamma: float = 1.0,
+    stop_on_win: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """`search_tasks`' summary of search `algo` solving the task of each of `seeds`.
+
+    The envs are those a policy's evaluation on the same seeds uses, so rows stay paired:
+    built with `env_kwargs` and the turn limit `max_turns` (None: the env's), in `pool_mode`
+    (None or "auto": the env package's preferred isolation; a packaged env's search then runs
+    in its venv, forking branches by remote snapshot/restore), `pool_options` going to
+    `make_pool` (e.g. `timeout_s`, `urls`). Search `i` uses seed `seed + i`."""
+    from arborl.envs import make_pool
+    from arborl.envs.modes import resolve_mode
+    from arborl.rollout.config import with_turn_limit
+
+    env_kwargs = with_turn_limit(env_kwargs or {}, max_turns)
+    pool = None
+    try:
+        mode = resolve_mode(env_id, pool_mode)
+        if mode != "inproc":
+            opts = {**(pool_options or {}), **env_kwargs}
+            pool = make_pool(env_id, len(seeds), mode, split=split, **opts)
+        problems = [
+            make_problem(
+                env_id,
+                proposer,
+                evaluator,
+                seed=s,
+                split=split,
+                env_kwargs=env_kwargs,
+                env=None if pool is None else pool[i],
+                gamma=gamma,
+                stop_on_win=stop_on_win,
+            )
+            for i, s in enumerate(seeds)
+        ]
+        _, summary = search_tasks(algo, params, problems, budget, seed)
+    finally:
+        if pool is not None:
+            pool.close()
+    return summary
 
 
 def _invalid_rate(results: Sequence[SearchResult]) -> float:
