@@ -7,12 +7,15 @@ are dependencies too, they only fail later), `from arborl import x`, relative im
 `"module:attr"` strings in registries do not count: they are plug-in entry points, resolved
 by name at run time, which is how a lower layer is meant to reach a higher one.
 
-Four rules, each reported as `file:line  imports  target  (layer X -> layer Y)`:
+Five rules, each reported as `file:line  imports  target  (layer X -> layer Y)`:
   (a) no import from a higher layer than `LAYERS` gives;
   (b) no two packages import each other, whatever their layers (more generally: no cycle
       between packages, so same-layer packages import each other in one direction only);
   (c) `arborl.algos` imports only the standard library, torch, numpy and `arborl.registry`;
-  (d) every package under arborl/ has a place in `LAYERS`.
+  (d) every package under arborl/ has a place in `LAYERS`;
+  (e) no cycle between modules either, inside a package included (`a.py` importing `b.py`
+      that imports `a.py`, even lazily: the shared piece belongs in a third module below
+      both). A package's `__init__` is a module like the others.
 
 Run: `python -m pytest tests/test_layering.py -q`.
 """
@@ -184,8 +187,25 @@ def _cycles(edges: dict[tuple[str, str], list[Import]]) -> list[list[str]]:
     return sorted(components)
 
 
+def _report_cycles(edges: dict[tuple[str, str], list[Import]], fix: str) -> list[str]:
+    """A heading per loop of `edges` (between packages or modules), then its edges and the
+    import lines behind each."""
+    lines: list[str] = []
+    for component in _cycles(edges):
+        lines.append(
+            f"import cycle between {', '.join(component)} (every edge below is on a loop; "
+            f"remove one direction, {fix}):"
+        )
+        for (a, b), imps in sorted(edges.items()):
+            if a in component and b in component:
+                mutual = " (they import each other)" if (b, a) in edges else ""
+                lines.append(f"  {a} -> {b}{mutual}:")
+                lines += [f"    {_fmt(i, unit_of(b))}" for i in imps]
+    return lines
+
+
 def check_layering(root: Path) -> list[str]:
-    """Every violation of rules (a)-(d) under package directory `root`, one line each
+    """Every violation of rules (a)-(e) under package directory `root`, one line each
     (a heading line opens each group). Empty when the layering holds."""
     pkg = root.name
     files = sorted(root.rglob("*.py"))
@@ -219,16 +239,20 @@ def check_layering(root: Path) -> list[str]:
     for i in arborl_imports:
         if unit_of(i.target) != i.source:
             edges.setdefault((i.source, unit_of(i.target)), []).append(i)
-    for component in _cycles(edges):
-        problems.append(
-            f"import cycle between {', '.join(component)} (every edge below is on a loop; "
-            "remove one direction, e.g. move the shared code down a layer):"
-        )
-        for (a, b), imps in sorted(edges.items()):
-            if a in component and b in component:
-                mutual = " (they import each other)" if (b, a) in edges else ""
-                problems.append(f"  {a} -> {b}{mutual}:")
-                problems += [f"    {_fmt(i, b)}" for i in imps]
+    problems += _report_cycles(edges, "e.g. move the shared code down a layer")
+
+    # (e) no cycle between modules (imports of a name that is not a module count for the
+    # module it comes from: `from arborl.x.a import f` is an edge to arborl.x.a).
+    modules = {module_name(f, root) for f in files}
+    module_edges: dict[tuple[str, str], list[Import]] = {}
+    for f in files:
+        source = module_name(f, root)
+        for i in imports_of(f, root):
+            if i.target in modules and i.target != source:
+                module_edges.setdefault((source, i.target), []).append(i)
+    problems += _report_cycles(
+        module_edges, "move the piece both need into a module below them, or one importer up"
+    )
 
     # (c) algos: standard library, torch, numpy, arborl.registry only.
     allowed = set(sys.stdlib_module_names) | ALGOS_ALLOWED_THIRD_PARTY
@@ -314,6 +338,53 @@ def test_checker_reports_upward_imports_cycles_algos_and_unplaced_packages(tmp_p
     assert "imports  numpy" not in report and "imports  arborl.registry" not in report
     # Downward, one-way imports are fine: rollout -> registry, envs -> data.
     assert "arborl/rollout/loop.py" not in report and "arborl/envs" not in report
+
+
+def test_checker_reports_module_cycles_inside_a_package(tmp_path):
+    root = _write(
+        tmp_path,
+        {
+            "arborl/__init__.py": "",
+            # A loop of three through one lazy import (the bpe -> loading -> pretrained one).
+            "arborl/models/__init__.py": "",
+            "arborl/models/bpe.py": "def f():\n    from arborl.models.loading import load\n",
+            "arborl/models/loading.py": "from arborl.models.pretrained import PRETRAINED\n",
+            "arborl/models/pretrained.py": "from arborl.models.bpe import cache_dir\n",
+            # Two modules importing each other, relatively, one of them lazily.
+            "arborl/train/__init__.py": "",
+            "arborl/train/build.py": "from .sft import lr_lambda\n",
+            "arborl/train/sft.py": "def fit():\n    from . import build\n",
+            # A submodule importing its own package, whose __init__ imports the submodule.
+            "arborl/search/__init__.py": "from arborl.search.base import Budget\n",
+            "arborl/search/base.py": "def f():\n    import arborl.search\n",
+            # One-way imports, names and modules, top level and lazy: no loop.
+            "arborl/envs/__init__.py": "from arborl.envs.pool import EnvPool\n",
+            "arborl/envs/pool.py": "from arborl.envs import base\n",
+            "arborl/envs/base.py": "import json\n",
+            "arborl/envs/remote/__init__.py": "",
+            "arborl/envs/remote/base.py": (
+                "from arborl.envs.pool import check_reset_args\n"
+                "def f():\n    from arborl.envs.pool import EnvPool\n"
+            ),
+        },
+    )
+    report = "\n".join(check_layering(root))
+    cycle = (
+        "import cycle between arborl.models.bpe, arborl.models.loading, arborl.models.pretrained"
+    )
+    assert cycle in report
+    assert "  arborl.models.bpe -> arborl.models.loading:" in report
+    assert "arborl/models/bpe.py:2  imports  arborl.models.loading  (layer 2 -> layer 2)" in report
+    assert (
+        "arborl/models/pretrained.py:1  imports  arborl.models.bpe  (layer 2 -> layer 2)" in report
+    )
+    assert "import cycle between arborl.train.build, arborl.train.sft" in report
+    assert "arborl.train.build -> arborl.train.sft (they import each other)" in report
+    assert "arborl/train/sft.py:2  imports  arborl.train.build  (layer 4 -> layer 4)" in report
+    assert "import cycle between arborl.search, arborl.search.base" in report
+    assert "arborl/search/base.py:2  imports  arborl.search  (layer 3 -> layer 3)" in report
+    assert "arborl.envs" not in report
+    assert report.count("import cycle") == 3
 
 
 def test_checker_passes_a_clean_tree(tmp_path):

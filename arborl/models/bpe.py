@@ -30,6 +30,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from arborl.models.byte_level import bytes_to_unicode
+from arborl.models.cache import cache_dir
 
 WHISPER_SDIST = "openai-whisper==20250625"
 ASSET = "whisper/assets/gpt2.tiktoken"
@@ -40,10 +41,6 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ARBORL_CACHE", Path.home() / ".cache" / "arborl"))
 
 
 def locate_gpt2_ranks() -> Path:

@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from arborl.models.bpe import cache_dir
+from arborl.models.cache import cache_dir
 
 
 @dataclass(frozen=True)
