@@ -154,7 +154,10 @@ def collect_run(run_dir: Path) -> dict:
         "run": run_dir.name, "differences": diff, "rl_steps": len(rl),
         "planned_rl_steps": cfg["trainer.total_steps"],
         "eval_episodes": cfg["eval.num_episodes"], "every_episodes": cfg["eval.every_episodes"],
-        "evals": [{"step": s, "success": v, "lo": lo, "hi": hi} for s, v, lo, hi in evals],
+        "evals": [
+            {"step": s, "success": v, "success_lo": lo, "success_hi": hi}
+            for s, v, lo, hi in evals
+        ],
         "entropy_first5": at(first, "actor/entropy"), "entropy_last5": at(last, "actor/entropy"),
         "groups_mixed_first5": at(first, "rollout/groups_mixed"),
         "groups_mixed_last5": at(last, "rollout/groups_mixed"),

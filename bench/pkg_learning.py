@@ -55,8 +55,8 @@ def run_all(work_dir: str) -> None:
 
 
 def _interval(d: dict) -> dict:
-    return {"success": d["success"], "lo": d["success_lo"], "hi": d["success_hi"],
-            "episodes": d["episodes"], "invalid_action_rate": d.get("invalid_action_rate")}  # fmt: skip
+    keys = ("success", "success_lo", "success_hi", "episodes")
+    return {**{k: d[k] for k in keys}, "invalid_action_rate": d.get("invalid_action_rate")}
 
 
 def collect_env(work_dir: Path, env: str) -> list[dict]:
@@ -98,7 +98,7 @@ def collect(work_dir: str, out: str | None) -> None:
     rows = [r for env in ENVS for r in collect_env(Path(work_dir), env)]
 
     def ci(d: dict) -> str:
-        return f"{d['success']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
+        return f"{d['success']:.3f} [{d['success_lo']:.3f}, {d['success_hi']:.3f}]"
 
     headers = ["run", "RL steps", "before RL", "after", "paired gain [95% CI]", "wall s"]
     table = []

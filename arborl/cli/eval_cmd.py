@@ -73,8 +73,8 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     return {
         "policy": policy_spec,
         "success_rate": s["success_rate"],
-        "ci_low": s["success_ci_low"],
-        "ci_high": s["success_ci_high"],
+        "success_lo": s["success_lo"],
+        "success_hi": s["success_hi"],
         "mean_return": s["mean_return"],
         "mean_turns": s["mean_turns"],
         "invalid_action_rate": s["invalid_action_rate"],
@@ -91,7 +91,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         if "error" in r:
             cells.append([r["policy"], f"n/a ({r['error'][:60]})"] + [""] * (len(COLUMNS) - 2))
             continue
-        r = {**r, "ci": f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"}
+        r = {**r, "ci": f"[{r['success_lo']:.3f}, {r['success_hi']:.3f}]"}
         cells.append([fmt.format(r[key]) for _, key, fmt in COLUMNS])
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

@@ -247,13 +247,10 @@ class RolloutRole:
         if not share or not share["seeds"]:
             return None
         self._check_version(expected_version)
-        c = self.cfg
-        with build.compute_dtype(c, self.backend.model):
+        with build.compute_dtype(self.cfg, self.backend.model):
             return evaluate_share(
-                self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-                share["seeds"], share["seed"], c.env.eval_split, c.env.pool_mode,
-                build.pool_options(c), keep_episodes=c.eval.save_episodes,
-            )  # fmt: skip
+                self.backend, self.tokenizer, self.cfg, share["seeds"], share["seed"]
+            )
 
 
 class ColocatedRole(TrainRole, RolloutRole):

@@ -21,7 +21,7 @@ log = logging.getLogger("arborl")
 
 
 def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[str, dict]:
-    """{policy: {success_rate, ci_low, ci_high, episodes}} for the env of `config` (a
+    """{policy: {success_rate, success_lo, success_hi, episodes}} for the env of `config` (a
     resolved train config as a dict); policies that cannot run on the env are left out."""
     from arborl.rollout import RolloutConfig, collect_episodes
     from arborl.rollout.policies import BASELINE_POLICIES, make_policy
@@ -55,8 +55,8 @@ def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[s
         s = res.stats
         out[name] = {
             "success_rate": s["success_rate"],
-            "ci_low": s["success_ci_low"],
-            "ci_high": s["success_ci_high"],
+            "success_lo": s["success_lo"],
+            "success_hi": s["success_hi"],
             "episodes": s["episodes"],
         }
     return out

@@ -35,7 +35,7 @@ def _mean(xs: Sequence[float]) -> float:
 def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     """Aggregate figures of finished `EpisodeState`s.
 
-    success_rate (+ success_ci_low/high, Wilson 95%), mean_return, mean_turns,
+    success_rate (+ success_lo/hi, Wilson 95%), mean_return, mean_turns,
     invalid_action_rate and format_ok_rate (over turns), truncated_rate, env_errors
     (episodes an env fault ended), episodes, turns,
     generated_tokens, wall_s, tokens_per_s and turns_per_s.
@@ -47,8 +47,8 @@ def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     wall = max(wall_s, 1e-9)
     return {
         "success_rate": wins / len(episodes) if episodes else 0.0,
-        "success_ci_low": low,
-        "success_ci_high": high,
+        "success_lo": low,
+        "success_hi": high,
         "mean_return": _mean([ep.total_return for ep in episodes]),
         "mean_turns": _mean([len(ep.turns) for ep in episodes]),
         "invalid_action_rate": _mean([0.0 if t.valid_action else 1.0 for t in turns]),

@@ -194,11 +194,7 @@ class LocalEngine:
         self.model.eval()
         self.backend.forget_prompts()
         with build.compute_dtype(c, self.model):
-            return evaluate_policy(
-                self.backend, self.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout, c.eval,
-                num_episodes=num_episodes, split=c.env.eval_split, pool_mode=c.env.pool_mode,
-                pool_options=build.pool_options(c), keep_episodes=c.eval.save_episodes,
-            )  # fmt: skip
+            return evaluate_policy(self.backend, self.tokenizer, c, num_episodes)
 
     def save(self, directory: Path) -> dict[str, Any]:
         from arborl.agent.settings import save_agent_settings

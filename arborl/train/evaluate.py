@@ -3,51 +3,52 @@
 The same tasks (seeds drawn from `eval.seed`) are used before and after RL, with the same
 sampling seed, so the two numbers are a paired comparison on identical mazes, rooms or
 puzzles: `paired_gain` gives the change with its paired 95% interval.
+
+Every engine and `arborl sft` make the same call, `evaluate_policy(backend, tokenizer,
+cfg)` (the Ray engine: `evaluate_share` per worker, then `summarize_eval`), which reads
+the run's own config, so no caller can drop a setting; and they handle its result with
+`record_evaluation`. The success bounds are `success_lo`/`success_hi` everywhere.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
-from arborl.rollout import RolloutConfig, draw_seeds, run_episodes_with_policy
+from arborl.data import write_trajectories
+from arborl.rollout import draw_seeds, run_episodes_with_policy
 from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import LMPolicy
+from arborl.train.build import pool_options
+from arborl.train.config import TrainConfig
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
 
 
 def evaluate_share(
-    backend,
-    tokenizer,
-    env_id,
-    env_kwargs,
-    agent_cfg,
-    rollout_cfg: RolloutConfig,
-    eval_cfg,
-    seeds: list[int],
-    sample_seed: int,
-    split: str = "test",
-    pool_mode: str = "inproc",
-    pool_options: dict | None = None,
-    keep_episodes: int = 0,
+    backend, tokenizer, cfg: TrainConfig, seeds: list[int], sample_seed: int
 ) -> dict:
-    """Greedy-or-sampled episodes of `seeds` (one each): `episodes`, `wins`, `env_errors`
-    and the mean of each of `STAT_KEYS`, `outcomes` (task seed -> 1.0 won / 0.0 lost, for
-    `paired_gain`), plus `sample`: the first `keep_episodes` trajectories (for the report). One engine worker's share of an evaluation;
-    `summarize_eval` combines shares. The envs run in `pool_mode` (the run's
-    `env.pool_mode`, so a packaged env is evaluated where it is trained)."""
+    """One episode of each task in `seeds`, sampled at `eval.temperature` from
+    `sample_seed`, in the run's `env.eval_split` and `env.pool_mode` (so a packaged env is
+    evaluated where it is trained), `eval.chunk_episodes` at a time. Returns `episodes`,
+    `wins`, `env_errors`, the mean of each of `STAT_KEYS`, `outcomes` (task seed -> 1.0
+    won / 0.0 lost, for `paired_gain`) and `sample`: the first `eval.save_episodes`
+    trajectories (for the report). One engine worker's share of an evaluation;
+    `summarize_eval` combines shares."""
     n = len(seeds)
-    cfg = replace(
-        rollout_cfg, group_size=1, num_tasks=n, temperature=eval_cfg.temperature, seed=sample_seed
+    ev, env = cfg.eval, cfg.env
+    roll = replace(
+        cfg.rollout, group_size=1, num_tasks=n, temperature=ev.temperature, seed=sample_seed
     )
-    policy = LMPolicy(backend, tokenizer, cfg, agent_cfg)
-    chunk = eval_cfg.chunk_episodes or n
+    policy = LMPolicy(backend, tokenizer, roll, cfg.agent)
+    options = pool_options(cfg)
+    chunk = ev.chunk_episodes or n
     episodes, trajectories = [], []
     for c in range(0, n, chunk):  # one policy: each chunk continues its sampling streams
         res = run_episodes_with_policy(
-            policy, env_id, seeds[c : c + chunk], cfg, split=split, env_kwargs=env_kwargs,
-            pool_mode=pool_mode, pool_options=pool_options,
+            policy, env.id, seeds[c : c + chunk], roll, split=env.eval_split,
+            env_kwargs=env.kwargs, pool_mode=env.pool_mode, pool_options=options,
         )  # fmt: skip
         episodes += res.episodes
         trajectories += res.trajectories
@@ -56,8 +57,8 @@ def evaluate_share(
     out["env_errors"] = float(stats.get("env_errors", 0.0))
     out.update({k: float(stats[k]) for k in STAT_KEYS if k in stats})
     out["outcomes"] = {int(seed): float(t.won) for seed, t in zip(seeds, trajectories, strict=True)}
-    if keep_episodes:
-        out["sample"] = trajectories[:keep_episodes]
+    if ev.save_episodes:
+        out["sample"] = trajectories[: ev.save_episodes]
     return out
 
 
@@ -66,8 +67,7 @@ def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
     success with its Wilson 95% interval, episodes, and the episode-weighted means; with
     `keep_episodes`, also `sample`: up to that many of the shares' trajectories, and
     `outcomes`: task seed -> 1.0/0.0 over all shares (neither is a metric:
-    `RLTrainer.evaluate` pops both, writes `eval_episodes/` and keeps the outcomes for
-    `paired_gain`)."""
+    `record_evaluation` takes both out)."""
     shares = [s for s in shares if s and s["episodes"]]
     n = int(sum(s["episodes"] for s in shares))
     wins = int(sum(s["wins"] for s in shares))
@@ -111,27 +111,37 @@ def paired_gain(before: dict, after: dict, z: float = 1.96) -> dict[str, float] 
 def evaluate_policy(
     backend,
     tokenizer,
-    env_id,
-    env_kwargs,
-    agent_cfg,
-    rollout_cfg: RolloutConfig,
-    eval_cfg,
+    cfg: TrainConfig,
     num_episodes: int | None = None,
-    split: str = "test",
-    pool_mode: str = "inproc",
-    pool_options: dict | None = None,
-    keep_episodes: int = 0,
+    seeds: list[int] | None = None,
 ) -> dict:
-    """Success rate (with a 95% Wilson interval), mean return, turns and invalid rate on
-    `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`, with the
-    envs in `pool_mode` (and the first `keep_episodes` trajectories as `sample`)."""
-    n = num_episodes or eval_cfg.num_episodes
-    share = evaluate_share(
-        backend, tokenizer, env_id, env_kwargs, agent_cfg, rollout_cfg, eval_cfg,
-        draw_seeds(n, eval_cfg.seed), eval_cfg.seed, split, pool_mode, pool_options,
-        keep_episodes,
-    )  # fmt: skip
-    return summarize_eval([share], keep_episodes)
+    """The held-out evaluation of the run `cfg` (`summarize_eval`'s names): one episode
+    of each of `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`,
+    or of the task seeds `seeds` when given; see `evaluate_share` for what it reads."""
+    if seeds is None:
+        seeds = draw_seeds(num_episodes or cfg.eval.num_episodes, cfg.eval.seed)
+    elif num_episodes is not None and num_episodes != len(seeds):
+        raise ValueError(
+            f"evaluate_policy: num_episodes={num_episodes} but {len(seeds)} seeds were "
+            "given; pass one or the other"
+        )
+    share = evaluate_share(backend, tokenizer, cfg, list(seeds), cfg.eval.seed)
+    return summarize_eval([share], cfg.eval.save_episodes)
+
+
+def record_evaluation(
+    run_dir: str | Path, step: int, result: dict
+) -> tuple[dict[str, float], dict[int, float]]:
+    """Split an evaluation `result` (`summarize_eval`'s) into its metrics and its
+    per-task `outcomes` (for `paired_gain`), writing its `sample` of trajectories, if any,
+    to `run_dir/eval_episodes/step-{step:05d}.jsonl` for the report. `result` itself is
+    left as it was."""
+    metrics = dict(result)
+    outcomes = metrics.pop("outcomes", {})
+    sample = metrics.pop("sample", None)
+    if sample:
+        write_trajectories(Path(run_dir) / "eval_episodes" / f"step-{step:05d}.jsonl", sample)
+    return metrics, outcomes
 
 
 def format_gain(label: str, gain: dict[str, float]) -> str:

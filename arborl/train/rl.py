@@ -45,7 +45,7 @@ from arborl.train.diagnostics import (
     train_token_diagnostics,
 )
 from arborl.train.engine import ENGINES, Engine, RolloutPlan
-from arborl.train.evaluate import paired_gain
+from arborl.train.evaluate import paired_gain, record_evaluation
 from arborl.train.runlog import MetricsLogger, RunDir
 from arborl.train.update import minibatch_schedule
 
@@ -292,13 +292,9 @@ class RLTrainer:
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         """Held-out metrics; the engine's sampled episodes go to `eval_episodes/` and the
         per-task outcomes to `last_outcomes` (for the paired before/after gain)."""
-        ev = self.engine.evaluate(num_episodes)
-        self.last_outcomes = ev.pop("outcomes", {})
-        sample = ev.pop("sample", None)
-        if sample:
-            write_trajectories(
-                self.run.path / "eval_episodes" / f"step-{self.step:05d}.jsonl", sample
-            )
+        ev, self.last_outcomes = record_evaluation(
+            self.run.path, self.step, self.engine.evaluate(num_episodes)
+        )
         return ev
 
     def write_report(self, baselines: bool = True) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from arborl.agent import AgentConfig, build_prompt, encode_text, instruction_text, make_memory
-from arborl.data import Trajectory, write_trajectories
+from arborl.data import Trajectory
 from arborl.models.scoring import token_logprobs
 from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
 
@@ -208,8 +208,8 @@ def sft_job(cfg) -> dict:
     from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
-    from arborl.train.build import build_policy, compute_dtype, pool_options, set_threads
-    from arborl.train.evaluate import evaluate_policy
+    from arborl.train.build import build_policy, compute_dtype, set_threads
+    from arborl.train.evaluate import evaluate_policy, record_evaluation
     from arborl.train.runlog import MetricsLogger, RunDir
 
     set_threads(cfg)
@@ -227,17 +227,8 @@ def sft_job(cfg) -> dict:
         model.eval()
         backend = HFBackend(model, tokenizer, max_batch_size=128)
         with compute_dtype(cfg, model):
-            after = evaluate_policy(
-                backend, tokenizer, cfg.env.id, cfg.env.kwargs, cfg.agent, cfg.rollout,
-                cfg.eval, split=cfg.env.eval_split, pool_mode=cfg.env.pool_mode,
-                pool_options=pool_options(cfg), keep_episodes=cfg.eval.save_episodes,
-            )  # fmt: skip
-        after.pop("outcomes", None)  # per-task wins: not a metric
-        sample = after.pop("sample", [])
-        if sample:
-            write_trajectories(
-                run.path / "eval_episodes" / f"step-{cfg.sft.steps:05d}.jsonl", sample
-            )
+            result = evaluate_policy(backend, tokenizer, cfg)
+        after, _ = record_evaluation(run.path, cfg.sft.steps, result)
         logger.log(cfg.sft.steps, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
             "sft": stats,

@@ -108,14 +108,7 @@ class VLLMEngine:
         return {"weights/version": float(self.version), "time/weight_reload_s": seconds}
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        from arborl.train import build
-
-        c = self.cfg
-        return evaluate_policy(
-            self._engine(), self.local.tokenizer, c.env.id, c.env.kwargs, c.agent, c.rollout,
-            c.eval, num_episodes=num_episodes, split=c.env.eval_split,
-            pool_mode=c.env.pool_mode, pool_options=build.pool_options(c),
-        )  # fmt: skip
+        return evaluate_policy(self._engine(), self.local.tokenizer, self.cfg, num_episodes)
 
     def save(self, directory: Path) -> dict[str, Any]:
         return self.local.save(directory)

@@ -62,7 +62,9 @@ def test_collect_tabulates_a_run_folder_from_what_it_wrote(tmp_path, capsys):
     assert row["rl_steps"] == 2 and row["finished"]
     # before RL, after step 1 (periodic, 2 episodes) and the final evaluation (3 episodes)
     assert [e["step"] for e in row["evals"]] == [0, 1, 2]
-    assert all(0.0 <= e["lo"] <= e["success"] <= e["hi"] <= 1.0 for e in row["evals"])
+    assert all(
+        0.0 <= e["success_lo"] <= e["success"] <= e["success_hi"] <= 1.0 for e in row["evals"]
+    )
     assert row["entropy_first5"] is not None and row["entropy_first5"] > 0
     assert "algo.name=gigpo" in capsys.readouterr().out
 

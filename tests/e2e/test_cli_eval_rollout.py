@@ -23,7 +23,7 @@ def test_eval_random_and_oracle_on_every_env(env_id, tmp_path, capsys):
     assert "95% CI" in table and env_id in table
     for r in rows.values():
         if "error" not in r:
-            assert 0.0 <= r["ci_low"] <= r["success_rate"] <= r["ci_high"] <= 1.0
+            assert 0.0 <= r["success_lo"] <= r["success_rate"] <= r["success_hi"] <= 1.0
             assert r["episodes"] == 4
             # the lost episodes' task ids, one per loss
             assert len(r["lost_tasks"]) == round(4 * (1 - r["success_rate"]))

@@ -59,6 +59,8 @@ def test_baselines_are_computed_once_and_cached(tmp_path, run_factory) -> None:
     rows = json.loads((run / "baselines.json").read_text())
     assert rows["oracle"]["success_rate"] == 1.0  # the maze oracle always wins
     assert rows["random"]["success_rate"] < 0.5 and rows["random"]["episodes"] == 20
+    r = rows["random"]  # the bounds under the names every other table uses
+    assert 0.0 <= r["success_lo"] <= r["success_rate"] <= r["success_hi"] <= 1.0
     (run / "baselines.json").write_text(json.dumps({"random": {"success_rate": 0.123}}))
     html = write_report([run]).read_text()  # read, not recomputed
     assert "random: 0.123" in html

@@ -1,10 +1,42 @@
-"""`paired_gain`: the before/after change on the same tasks with a paired interval."""
+"""`paired_gain`: the before/after change on the same tasks with a paired interval;
+`evaluate_policy`: one call that reads the run's config, and `record_evaluation`: one way
+to handle its result."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from arborl.train.evaluate import format_gain, paired_gain, summarize_eval
+from arborl.data import Trajectory, read_trajectories
+from arborl.generation import HFBackend
+from arborl.models import load_policy
+from arborl.rollout import RolloutConfig, collect_episodes, draw_seeds, make_policy
+from arborl.rollout.metrics import wilson_interval
+from arborl.train.config import TrainConfig
+from arborl.train.evaluate import (
+    evaluate_policy,
+    format_gain,
+    paired_gain,
+    record_evaluation,
+    summarize_eval,
+)
+
+MAZE = "arborl/Maze-v0"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """(backend, tokenizer) of the untrained tiny preset: fast, and it wins some mazes."""
+    model, tok = load_policy("tiny-0.1m", seed=0)
+    return HFBackend(model, tok), tok
+
+
+def maze_cfg(**eval_fields) -> TrainConfig:
+    """The demo run's config (Maze) at toy size: 4 turns of 4 new tokens; `eval_fields`
+    set on `cfg.eval`."""
+    cfg = TrainConfig()
+    rollout = replace(cfg.rollout, max_turns=4, max_new_tokens=4)
+    return replace(cfg, rollout=rollout, eval=replace(cfg.eval, **eval_fields))
 
 
 def test_paired_gain_counts_and_interval():
@@ -45,31 +77,23 @@ def test_summarize_eval_merges_the_outcomes_of_every_share():
     assert out["outcomes"] == {5: 1.0, 6: 0.0, 7: 1.0} and out["success"] == pytest.approx(2 / 3)
 
 
-def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(monkeypatch):
+def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypatch):
     """eval.chunk_episodes: no pool holds more envs than a chunk; the tasks are the same,
     and a greedy evaluation (no sampling) gives the same outcomes and stats as one batch."""
     import arborl.rollout.engine as engine
-    from arborl.agent import AgentConfig
-    from arborl.generation import HFBackend
-    from arborl.models import load_policy
-    from arborl.rollout import RolloutConfig
-    from arborl.train.config import EvalConfig
-    from arborl.train.evaluate import evaluate_policy
 
     sizes = []
     real = engine.make_pool
     monkeypatch.setattr(
         engine, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
     )
-    model, tok = load_policy("tiny-0.1m", seed=0)
-    backend = HFBackend(model, tok)
-    rollout = RolloutConfig(max_turns=4, max_new_tokens=4)
-    args = (backend, tok, "arborl/Maze-v0", {"short_actions": True}, AgentConfig(), rollout)
 
     def run(chunk, temperature):
         sizes.clear()
-        cfg = EvalConfig(num_episodes=7, temperature=temperature, chunk_episodes=chunk, seed=4)
-        return evaluate_policy(*args, cfg), list(sizes)
+        cfg = maze_cfg(
+            num_episodes=7, temperature=temperature, chunk_episodes=chunk, seed=4, save_episodes=0
+        )
+        return evaluate_policy(*tiny, cfg), list(sizes)
 
     whole, whole_sizes = run(None, 0.0)
     chunked, chunked_sizes = run(3, 0.0)
@@ -81,3 +105,56 @@ def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(monkeypatch):
     again, _ = run(3, 1.0)
     assert sampled["outcomes"].keys() == whole["outcomes"].keys()
     assert sampled == again  # chunks continue one seeded stream: repeatable
+
+
+def test_evaluate_policy_reads_every_setting_from_the_run_config(tiny, pool_mode_spy):
+    """The envs of env.pool_mode with the run's pool options, env kwargs and eval split,
+    and eval.save_episodes trajectories kept as `sample` (a hand-written copy of the old
+    11-argument call in the vLLM engine dropped that one)."""
+    cfg = maze_cfg(num_episodes=5, save_episodes=3, seed=4)
+    env = replace(cfg.env, pool_mode="subprocess", eval_split="val", timeout_s=7.0)
+    out = evaluate_policy(*tiny, replace(cfg, env=env))
+    ((mode, kw),) = pool_mode_spy
+    assert mode == "subprocess" and kw["split"] == "val" and kw["timeout_s"] == 7.0
+    assert kw["short_actions"] is True  # env.kwargs of the demo config
+    assert out["episodes"] == 5 and sorted(out["outcomes"]) == sorted(draw_seeds(5, 4))
+    assert len(out["sample"]) == 3 and all(isinstance(t, Trajectory) for t in out["sample"])
+    assert 0.0 <= out["success_lo"] <= out["success"] <= out["success_hi"] <= 1.0
+    assert "sample" not in evaluate_policy(*tiny, maze_cfg(num_episodes=2, save_episodes=0))
+
+
+def test_evaluate_policy_takes_a_count_or_the_task_seeds(tiny):
+    cfg = maze_cfg(num_episodes=50, save_episodes=0, seed=4)
+    assert sorted(evaluate_policy(*tiny, cfg, num_episodes=2)["outcomes"]) == sorted(
+        draw_seeds(2, 4)
+    )
+    out = evaluate_policy(*tiny, cfg, seeds=[3, 9])
+    assert sorted(out["outcomes"]) == [3, 9] and out["episodes"] == 2
+    with pytest.raises(ValueError, match="num_episodes=3 but 2 seeds"):
+        evaluate_policy(*tiny, cfg, num_episodes=3, seeds=[3, 9])
+
+
+def test_record_evaluation_writes_the_sample_and_takes_out_the_outcomes(tiny, tmp_path):
+    result = evaluate_policy(*tiny, maze_cfg(num_episodes=4, save_episodes=2))
+    metrics, outcomes = record_evaluation(tmp_path, 7, result)
+    assert outcomes == result["outcomes"] and len(outcomes) == 4
+    assert metrics == {k: v for k, v in result.items() if k not in ("outcomes", "sample")}
+    assert all(isinstance(v, float) for v in metrics.values())  # every one a logged metric
+    written = read_trajectories(tmp_path / "eval_episodes" / "step-00007.jsonl")
+    assert [t.task_id for t in written] == [t.task_id for t in result["sample"]]
+    assert "sample" in result  # the caller's result is left as it was
+    metrics, outcomes = record_evaluation(tmp_path, 8, {"success": 1.0})
+    assert (metrics, outcomes) == ({"success": 1.0}, {})
+    assert not (tmp_path / "eval_episodes" / "step-00008.jsonl").exists()
+
+
+def test_one_name_for_the_success_bounds():
+    """Rollout stats and an evaluation both call the Wilson bounds success_lo/success_hi
+    (`arborl eval` rows and the report baselines copy them: tests/e2e, tests/report)."""
+    cfg = RolloutConfig(max_turns=4)
+    stats = collect_episodes(make_policy("random", cfg, seed=0), MAZE, 6, cfg, seed=0).stats
+    wins = round(stats["success_rate"] * 6)
+    assert (stats["success_lo"], stats["success_hi"]) == wilson_interval(wins, 6)
+    assert not any("ci" in k for k in stats)
+    ev = summarize_eval([{"episodes": 6.0, "wins": 2.0}])
+    assert (ev["success_lo"], ev["success_hi"]) == wilson_interval(2, 6)
