@@ -77,6 +77,9 @@ class Registry(Generic[T]):
 
     `what` is the config field or concept the keys name (it opens every error);
     `allow_entry_points` lets `get` also accept an unregistered `"module:attr"` key;
+    `entry_point_group` names an entry-point group (`[project.entry-points."GROUP"]` in a
+    plug-in's pyproject) whose `name = "module:attr"` entries are registered lazily the
+    first time a name is looked up or listed (imported only when that name is asked for);
     `error` is an extra exception base for the unknown-name error (e.g. `ValueError`
     where callers have always caught that), and `message` its text, formatted with
     `what`, `name` (repr), `hint` (the did-you-mean, may be empty) and `known`."""
@@ -88,11 +91,14 @@ class Registry(Generic[T]):
         what: str,
         *,
         allow_entry_points: bool = False,
+        entry_point_group: str | None = None,
         error: type[Exception] | None = None,
         message: str | None = None,
     ) -> None:
         self.what = what
         self.allow_entry_points = allow_entry_points
+        self.entry_point_group = entry_point_group
+        self._group_read = entry_point_group is None
         self.message = message or self.DEFAULT_MESSAGE
         self._error = (
             UnknownNameError
@@ -132,8 +138,20 @@ class Registry(Generic[T]):
             return self._entries.pop(name)
         return default[0]
 
+    def _read_group(self) -> None:
+        """Register the entry-point group's names once (a name registered in code wins)."""
+        if self._group_read:
+            return
+        self._group_read = True
+        import importlib.metadata
+
+        for ep in importlib.metadata.entry_points(group=self.entry_point_group):
+            self._entries.setdefault(ep.name, ep.value)
+
     def get(self, name: str) -> T:
         """The object behind `name` (imported on first use if registered as a string)."""
+        if name not in self._entries:
+            self._read_group()
         try:
             entry = self._entries[name]
         except (KeyError, TypeError):
@@ -157,19 +175,30 @@ class Registry(Generic[T]):
         return self._error(text)
 
     def names(self) -> list[str]:
+        self._read_group()
         return sorted(self._entries)
+
+    def accepts(self, name: object) -> bool:
+        """Would `get(name)` find something: a registered name (entry-point group
+        included) or, with `allow_entry_points`, any `"module:attr"` string."""
+        if name in self:
+            return True
+        return self.allow_entry_points and is_entry_point(name)
 
     def in_order(self) -> list[str]:
         """Names in registration order (for lookups that try entries in turn)."""
+        self._read_group()
         return list(self._entries)
 
     def entry(self, name: str) -> Any:
         """What was registered under `name`, without importing it."""
-        if name not in self._entries:
+        if name not in self:
             raise self.unknown(name)
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            self._read_group()
         return name in self._entries
 
     # Mapping-style access, so code and tests that treated a registry as a dict keep working.

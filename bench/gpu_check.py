@@ -15,8 +15,8 @@ cannot, in three stages, each with its own time limit, and writes one JSON summa
    sequence is measured. Runs in the vLLM venv (`tools/setup_vllm.sh`; `GPU_CHECK_VLLM_PYTHON`
    names another interpreter). A machine without one, or without network to build it, gets
    the reason in the summary.
-3. **One RL step through the trainer** (`arborl train trainer.backend=ray
-   trainer.ray_gpus_per_rank=1`, the trainer's CUDA path) on the same model, PPO with a
+3. **One RL step through the trainer** (`arborl train trainer.engine=ray
+   ray.gpus_per_rank=1`, the trainer's CUDA path) on the same model, PPO with a
    critic (a random-init policy wins nothing, so GRPO's group advantages would all be zero
    and skip the update; GAE's are not), when Ray and the env dependencies import;
    otherwise the reason.
@@ -229,8 +229,8 @@ def stage_trainer(model_dir: Path, out_dir: Path, timeout_s: float, gpus: float 
         return {"status": "skipped", "why": f"not importable here: {', '.join(missing)} "
                 "(install arborl's requirements with a CUDA torch)"}  # fmt: skip
     args = [
-        sys.executable, "-m", "arborl.cli.main", "train", "trainer.backend=ray",
-        f"trainer.ray_gpus_per_rank={gpus}", f"model.name_or_path={model_dir}", "sft.enabled=false",
+        sys.executable, "-m", "arborl.cli.main", "train", "trainer.engine=ray",
+        f"ray.gpus_per_rank={gpus}", f"model.name_or_path={model_dir}", "sft.enabled=false",
         "algo=ppo", "trainer.total_steps=1", "rollout.num_tasks=8", "rollout.group_size=4",
         "eval.num_episodes=8", f"trainer.output_dir={out_dir}", "trainer.name=gpu",
         "trainer.plots=false", "trainer.report=false", "trainer.progress=false",

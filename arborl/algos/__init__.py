@@ -5,13 +5,6 @@ shapes: no I/O, no global state, and no imports from the rest of arborl, so trai
 search and tests can call it directly.
 """
 
-from arborl.algos.estimators import (
-    ADV_ESTIMATOR_LEVELS,
-    ADV_ESTIMATORS,
-    adv_estimator_level,
-    get_adv_estimator,
-    needs_critic,
-)
 from arborl.algos.gigpo import GiGPOOutput, gigpo, step_discounted_returns
 from arborl.algos.group import (
     drgrpo,
@@ -45,8 +38,6 @@ from arborl.algos.returns import discounted_returns, gae
 from arborl.registry import UnknownNameError
 
 __all__ = [
-    "ADV_ESTIMATORS",
-    "ADV_ESTIMATOR_LEVELS",
     "AGG_MODES",
     "KL_CONTROLLERS",
     "KL_ESTIMATORS",
@@ -54,13 +45,11 @@ __all__ = [
     "FixedKLController",
     "GiGPOOutput",
     "UnknownNameError",
-    "adv_estimator_level",
     "aggregate",
     "discounted_returns",
     "drgrpo",
     "entropy_from_logits",
     "gae",
-    "get_adv_estimator",
     "get_agg_mode",
     "get_kl_estimator",
     "gigpo",
@@ -74,7 +63,6 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
-    "needs_critic",
     "ppo_policy_loss",
     "reinforce_pp",
     "reinforce_pp_baseline",

@@ -10,7 +10,7 @@ import yaml
 
 
 def _docs(args: argparse.Namespace) -> int:
-    from arborl.config import iter_fields
+    from arborl.config import allowed_names, iter_fields
     from arborl.train.config import TrainConfig
 
     for path, f, tp, doc in iter_fields(TrainConfig):
@@ -23,6 +23,8 @@ def _docs(args: argparse.Namespace) -> int:
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
         print(f"  {path} = {default!r}\n      {doc}")
+        if f.metadata.get("registry"):  # what is registered now, plug-ins included
+            print(f"      registered: {', '.join(allowed_names(f.metadata))}")
     return 0
 
 

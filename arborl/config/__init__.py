@@ -2,6 +2,7 @@
 
 from arborl.config.core import (
     ConfigError,
+    allowed_names,
     dump_yaml,
     field_docs,
     from_dict,
@@ -12,6 +13,7 @@ from arborl.config.core import (
 
 __all__ = [
     "ConfigError",
+    "allowed_names",
     "dump_yaml",
     "field_docs",
     "from_dict",

@@ -9,7 +9,11 @@ such as `algo=grpo` -> `configs/algo/grpo.yaml` merged into the `algo` section),
 `a.b.c=value` overrides.
 
 Range and choice checks live in field metadata: `field(default=1, metadata={"min": 1})`,
-`{"choices": ("a", "b")}`. `Literal[...]` types are checked too.
+`{"choices": ("a", "b")}`. `Literal[...]` types are checked too. A field whose values are
+the names of a plug-in registry is a `str` with `{"registry": "pkg.module:REGISTRY"}` (an
+`arborl.registry.Registry`, imported when the field is checked, so this module stays at
+the bottom): any name registered by then is accepted, plug-ins included, and an unknown
+one fails with a did-you-mean; `{"also": ("auto",)}` adds names the registry lacks.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import inspect
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
 from arborl.config.yamlsafe import load_yaml, read_text
+from arborl.registry import did_you_mean, load_entry_point
 
 T = TypeVar("T")
 
@@ -164,6 +170,16 @@ def _check_range(path: str, value: Any, meta: Any) -> None:
         raise ConfigError(f"{path}={value!r} is below the minimum {lo}")
     if hi is not None and value > hi:
         raise ConfigError(f"{path}={value!r} is above the maximum {hi}")
+    registry = registry_of(meta)
+    if registry is not None and not (registry.accepts(value) or value in meta.get("also", ())):
+        known = [*meta.get("also", ()), *registry.names()]
+        hint = did_you_mean(value, known)
+        extra = " (or a 'module:attr' entry point)" if registry.allow_entry_points else ""
+        raise ConfigError(
+            f"{path}={value!r} is not registered; choose one of {known}{extra}.{hint} A "
+            "plug-in must be imported (or installed with its entry point) before the config "
+            "is checked"
+        )
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
@@ -171,7 +187,25 @@ def _check_range(path: str, value: Any, meta: Any) -> None:
         raise ConfigError(f"{path}={value!r} is not allowed; choose one of {list(choices)}.{hint}")
 
 
+def registry_of(meta: Any) -> Any:
+    """The `Registry` a field's metadata names (`{"registry": "pkg.mod:NAME"}`), or None."""
+    spec = meta.get("registry") if meta else None
+    return load_entry_point(spec, "config field registry") if spec else None
+
+
+def allowed_names(meta: Any) -> list[str] | None:
+    """The values a registry-backed or `choices` field accepts now (None: any value)."""
+    registry = registry_of(meta)
+    if registry is not None:
+        return [*meta.get("also", ()), *registry.names()]
+    choices = meta.get("choices") if meta else None
+    return [str(c) for c in choices] if choices is not None else None
+
+
 def _unknown_key(cls: type, key: str, prefix: str) -> ConfigError:
+    moved = getattr(cls, "RENAMED", {}).get(key)
+    if moved:
+        return ConfigError(f"config key '{prefix}{key}' was renamed; set {moved} instead")
     names = [f.name for f in dataclasses.fields(cls)]
     full = [p for p, *_ in iter_fields(cls, prefix)]
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
@@ -305,8 +339,13 @@ def load_config(
     overrides: list[str] | None = None,
     config_dir: str | Path | None = None,
     files: list[str | Path] | None = None,
+    groups: dict[str, Callable[[str], dict | None]] | None = None,
 ) -> T:
-    """Defaults <- YAML `files` <- `group=name` selections <- `a.b=c` overrides."""
+    """Defaults <- YAML `files` <- `group=name` selections <- `a.b=c` overrides.
+
+    A selection reads `config_dir/group/name.yaml`; `groups` maps a section to a
+    function `name -> section values` (None: unknown) for sections whose choices are
+    registered in code rather than written as files (`algo=NAME`)."""
     config_dir = Path(config_dir) if config_dir else None
     data: dict[str, Any] = {}
     for f in files or []:
@@ -324,7 +363,12 @@ def load_config(
             )
         key, text = item.split("=", 1)
         key = key.strip()
-        if key in sections and "." not in key and config_dir is not None:
+        if key in (groups or {}) and "." not in key:
+            group = groups[key](text)
+            if group is None:
+                raise _unknown_key_value(cls, key, text)
+            data = _deep_merge(data, {key: group})
+        elif key in sections and "." not in key and config_dir is not None:
             choices = group_choices(config_dir, key)
             path = config_dir / key / f"{text}.yaml"
             if not path.exists():
@@ -342,6 +386,15 @@ def load_config(
         _seed_dict_default(cls, data, key)
         _set_dotted(data, key, value)
     return from_dict(cls, data)
+
+
+def _unknown_key_value(cls: type, section: str, name: str) -> ConfigError:
+    """`section=name` named nothing: the section's `name` field check says what exists."""
+    tp = typing.get_type_hints(cls)[section]
+    meta = {f.name: f.metadata for f in dataclasses.fields(tp)}.get("name", {})
+    known = allowed_names(meta) or []
+    hint = did_you_mean(name, known)
+    return ConfigError(f"{section}={name!r} is not registered; choose one of {known}.{hint}")
 
 
 def _seed_dict_default(cls: type, data: dict, dotted: str) -> None:

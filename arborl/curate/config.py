@@ -25,12 +25,16 @@ class SourceConfig:
 
     path: str = ""
     """A file or glob (`data/*.jsonl`); .jsonl, .json (a list) or .parquet."""
-    format: Literal["auto", "sharegpt", "openai", "verl", "arborl"] = "auto"
+    format: str = field(
+        default="auto", metadata={"registry": "arborl.curate.formats:FORMATS", "also": ("auto",)}
+    )
     """Row format; auto detects it per row from its keys (conversations -> sharegpt,
     messages -> openai, data_source + prompt -> verl, task_id + env_id -> arborl)."""
     domain: str | None = None
     """Domain of every row of this source; None uses the row's env id / data_source."""
-    action_format: Literal["plain", "react", "react_text"] = "plain"
+    action_format: str = field(
+        default="plain", metadata={"registry": "arborl.agent.config:ACTION_FORMATS"}
+    )
     """How an assistant turn's text maps to the env action: plain (the text is the
     action), react (`<action>...</action>`), react_text (`Action: ...` on its own line)."""
     split: str | None = None
@@ -62,7 +66,9 @@ class FilterConfig:
     tokenizer: str = "whitespace"
     """How tokens are counted: whitespace (words), chars, or a model preset / local HF
     checkpoint directory whose tokenizer is loaded."""
-    action_format: Literal["any", "plain", "react", "react_text"] = "any"
+    action_format: str = field(
+        default="any", metadata={"registry": "arborl.agent.config:ACTION_FORMATS", "also": ("any",)}
+    )
     """Every assistant turn must parse in this format (any: no check)."""
     action_regex: str | None = None
     """Every action must fully match this regex, e.g. `(up|down|left|right)` (None: no check)."""
@@ -161,7 +167,9 @@ class ExportConfig:
     (arborl JSONL, usable as `sft.demos`)."""
     sft_format: Literal["openai", "sharegpt"] = "openai"
     """SFT rows as OpenAI messages (loss mask in `weight`) or ShareGPT (in `loss`)."""
-    trajectories_format: Literal["arborl", "sharegpt", "openai", "verl"] = "arborl"
+    trajectories_format: str = field(
+        default="arborl", metadata={"registry": "arborl.curate.formats:FORMATS"}
+    )
     """Format of the `trajectories` export (`trajectories.jsonl`, or `.parquet` for verl);
     fields a format cannot hold are listed in the report's warnings."""
     sft_won_only: bool = True

@@ -55,7 +55,7 @@ def load_sharded(role, directory: Path) -> None:
     if not (path / ".metadata").exists():
         raise FileNotFoundError(
             f"{directory} has no sharded train state ({SHARDED}/.metadata); it was not "
-            "written by trainer.backend=ray, resume it with trainer.backend=local"
+            "written by trainer.engine=ray, resume it with trainer.engine=local"
         )
     state = _states(role)
     dcp.load(state, checkpoint_id=str(path))

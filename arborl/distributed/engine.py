@@ -1,4 +1,4 @@
-"""`RayEngine` (`trainer.backend=ray`): the engine of the one RL loop
+"""`RayEngine` (`trainer.engine=ray`): the engine of the one RL loop
 (`arborl.train.rl.RLTrainer`) as a single controller over Ray workers.
 
 The driver process holds no model weights. The trainer keeps its loop (seeds, rewards,
@@ -12,7 +12,7 @@ the model work:
                worker (split placement), or an all-gather into each rank's own rollout
                model (colocated); the version number is checked before every rollout
 
-With `trainer.one_step_off`, the rollout of step k+1 is launched with the pre-update
+With `ray.one_step_off`, the rollout of step k+1 is launched with the pre-update
 weights before update k starts, so generation and training overlap; the batch trained at
 step k+1 is then one policy version old (`async/staleness`).
 """
@@ -37,43 +37,46 @@ from arborl.distributed.placement import Placement, init_ray
 from arborl.distributed.workers import ColocatedRole, RolloutRole, TrainRole
 from arborl.rollout import draw_seeds
 from arborl.train.config import TrainConfig
-from arborl.train.engine import RolloutOutput, RolloutPlan
+from arborl.train.engine import (
+    SCORE_KEYS,
+    RolloutOutput,
+    RolloutPlan,
+    check_no_engine_options,
+)
 from arborl.train.evaluate import summarize_eval
 from arborl.train.update import UpdateResult
 
 log = logging.getLogger("arborl")
 
-SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
-"""What the train ranks read to score rows (reference log-probs, values)."""
-
 
 def check_ray_config(cfg: TrainConfig) -> None:
     """Reject Ray-mode settings that cannot work, naming the field and the fix."""
-    t = cfg.trainer
+    check_no_engine_options(cfg)
+    t = cfg.ray
     if t.placement == "colocated" and t.num_rollout_workers != t.num_train_ranks:
         raise ConfigError(
-            f"trainer.placement=colocated runs rollout in the train ranks, so "
-            f"trainer.num_rollout_workers={t.num_rollout_workers} must equal "
-            f"trainer.num_train_ranks={t.num_train_ranks}; set them equal or use placement=split"
+            f"ray.placement=colocated runs rollout in the train ranks, so "
+            f"ray.num_rollout_workers={t.num_rollout_workers} must equal "
+            f"ray.num_train_ranks={t.num_train_ranks}; set them equal or use placement=split"
         )
     if t.placement == "colocated" and t.one_step_off:
         raise ConfigError(
-            "trainer.one_step_off=true overlaps rollout and training in different processes; "
-            "it needs trainer.placement=split"
+            "ray.one_step_off=true overlaps rollout and training in different processes; "
+            "it needs ray.placement=split"
         )
     if getattr(cfg.rollout, "mode", "flat") != "flat":
         raise ConfigError(
-            f"trainer.backend=ray rolls out flat episodes; rollout.mode={cfg.rollout.mode!r} "
-            "(search trees) runs with trainer.backend=local"
+            f"trainer.engine=ray rolls out flat episodes; rollout.mode={cfg.rollout.mode!r} "
+            "(search trees) runs with trainer.engine=local"
         )
     if cfg.rollout.view != "step":
         raise ConfigError(
-            f"trainer.backend=ray trains the step view; rollout.view={cfg.rollout.view!r} "
+            f"trainer.engine=ray trains the step view; rollout.view={cfg.rollout.view!r} "
             "is not supported there (use rollout.view=step)"
         )
     if t.num_rollout_workers > cfg.rollout.num_tasks:
         raise ConfigError(
-            f"trainer.num_rollout_workers={t.num_rollout_workers} exceeds rollout.num_tasks="
+            f"ray.num_rollout_workers={t.num_rollout_workers} exceeds rollout.num_tasks="
             f"{cfg.rollout.num_tasks}: a worker would get no task; use at most that many"
         )
 
@@ -114,7 +117,7 @@ def _sft_task(cfg: TrainConfig, out_dir: str) -> dict:
 
 class RayEngine:
     """Model work on Ray: rollout workers (a fleet that replaces dead ones) and an FSDP2
-    train group of `trainer.num_train_ranks` ranks; the driver holds no weights."""
+    train group of `ray.num_train_ranks` ranks; the driver holds no weights."""
 
     name = "ray"
     check_config = staticmethod(check_ray_config)
@@ -136,12 +139,12 @@ class RayEngine:
         policy, which is also the KL reference); build the groups and sync weights."""
         import ray
 
-        c, t = self.cfg, self.cfg.trainer
+        c, t = self.cfg, self.cfg.ray
         self._started_ray = init_ray(c)
         stats, policy_path = None, None
         if warm_start:
             out = str((self.run_dir / "sft_policy").resolve())
-            task = ray.remote(_sft_task).options(num_cpus=t.ray_cpus_per_worker)
+            task = ray.remote(_sft_task).options(num_cpus=t.cpus_per_worker)
             stats = ray.get(task.remote(c, out))
             policy_path = out
         self.policy_path = policy_path
@@ -183,7 +186,8 @@ class RayEngine:
         call, t0 = pending
         # A replacement worker holds the newest weights: re-run its share with those.
         results = self.fleet.gather(call, retry_args=lambda args: (args[0], self.fleet.version))
-        self._pending = self._launch(upcoming) if upcoming is not None else None
+        ahead = upcoming is not None and self.cfg.ray.one_step_off
+        self._pending = self._launch(upcoming) if ahead else None
         batch, trajectories, stats = merge_rollouts(results, time.perf_counter() - t0)
         self._behaviour = min(r["version"] for r in results if r is not None)
         return RolloutOutput(batch, trajectories, stats)
@@ -230,7 +234,7 @@ class RayEngine:
         import ray
 
         self.version += 1
-        if self.cfg.trainer.placement == "colocated":
+        if self.cfg.ray.placement == "colocated":
             self.train_group.call("sync_local", self.version)
             self.fleet.version = self.version
             return

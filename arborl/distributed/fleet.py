@@ -6,7 +6,7 @@ lost), the fleet starts a replacement in the same placement-group bundle, pushes
 latest weights (the controller keeps the ObjectRef of the last full-state gather, never
 the tensors) and re-runs that worker's part of the call. A rollout share is a pure
 function of (seeds, sampling seed, weights), so the re-run gives the episodes the dead
-worker would have. After `trainer.max_worker_restarts` replacements the error propagates.
+worker would have. After `ray.max_worker_restarts` replacements the error propagates.
 """
 
 from __future__ import annotations
@@ -86,12 +86,12 @@ class RolloutFleet:
         if self.placement is None:
             raise RuntimeError(
                 f"rollout worker {index} died ({type(err).__name__}); with "
-                "trainer.placement=colocated it is also a train rank, whose process group "
+                "ray.placement=colocated it is also a train rank, whose process group "
                 "cannot be repaired: resume the run (trainer.resume=auto) instead"
             ) from err
         if self.restarts >= self.max_restarts:
             raise RuntimeError(
-                f"rollout worker {index} died and trainer.max_worker_restarts="
+                f"rollout worker {index} died and ray.max_worker_restarts="
                 f"{self.max_restarts} replacements are used up"
             ) from err
         self.restarts += 1

@@ -34,8 +34,8 @@ def pick_device(num_gpus: float) -> torch.device:
     if num_gpus > 0:
         if not torch.cuda.is_available():
             raise RuntimeError(
-                f"trainer.ray_gpus_per_rank={num_gpus} but torch sees no CUDA device on this "
-                "node; set trainer.ray_gpus_per_rank=0 to train on CPU"
+                f"ray.gpus_per_rank={num_gpus} but torch sees no CUDA device on this "
+                "node; set ray.gpus_per_rank=0 to train on CPU"
             )
         return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU
     return torch.device("cpu")

@@ -41,7 +41,7 @@ class TrainRole:
         build.set_threads(cfg)
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.policy_path = policy_path
-        self.device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
+        self.device = sharding.pick_device(cfg.ray.gpus_per_rank)
         self.model = self.critic = self.ref = None
 
     @register("one_to_all", "rank_zero")
@@ -170,7 +170,7 @@ class RolloutRole:
     def __init__(self, cfg: TrainConfig, index: int, policy_path: str | None):
         build.set_threads(cfg)
         self.cfg, self.index = cfg, index
-        device = sharding.pick_device(cfg.trainer.ray_gpus_per_rank)
+        device = sharding.pick_device(cfg.ray.gpus_per_rank)
         model, self.tokenizer = build.build_policy(cfg, policy_path)
         model.eval()
         self.backend = HFBackend(model, self.tokenizer, device=str(device), max_batch_size=128)

@@ -21,7 +21,7 @@ TRAINING_EVALUATORS = ("heuristic", "rollout", "none")
 class SearchConfig:
     """How each task's search tree is grown when `rollout.mode=tree`."""
 
-    algo: str = "tot-bfs"
+    algo: str = field(default="tot-bfs", metadata={"registry": "arborl.search.registry:ALGORITHMS"})
     """Search id (tot-bfs, tot-dfs, dfsdt, mcts, got, best-of-n, ...; `arborl search --help`
     lists them)."""
     budget: int = 32

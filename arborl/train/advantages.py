@@ -1,13 +1,35 @@
-"""From a step-view rollout Batch to one advantage per row, for every estimator.
+"""Algorithms: one record per `algo.name`, registered once beside its row arrangement.
 
-The math lives in `arborl.algos`; this module only arranges rows: group estimators get
-one score per *trajectory* (its return) with the trajectory's group id, and the result is
-broadcast back to the trajectory's step rows; GiGPO works on rows directly; PPO lays the
-rows of each trajectory out as a (num_traj, max_steps) matrix for step-level GAE over the
-critic's values. Each `algo.name` has its row arrangement in `ADV_FUNCTIONS`.
+The math lives in `arborl.algos` (pure functions); this module says, for each algorithm,
+how its inputs are laid out from a step-view rollout Batch and what else it needs. An
+`Algorithm` record holds the name, the `arborl.algos` estimator, its level, the row
+arrangement, whether it trains a critic or needs the frozen reference, and the `algo`
+section defaults that `algo=NAME` selects. Levels:
+
+- "episode": one score per *trajectory* (its summed reward) with the trajectory's group
+  id; the (n_traj,) result is broadcast back to the trajectory's step rows (grpo, drgrpo,
+  rloo, reinforce_pp, reinforce_pp_baseline). `episode_algorithm` registers one.
+- "step": step rows with trajectory, step, group ids and anchors (gigpo).
+- "token": per-step GAE over the critic's values, laid out as (num_traj, max_steps) (ppo).
+
+A new episode-level estimator is its math, one registration and its test:
+
+    from arborl.train.advantages import episode_algorithm
+
+    @episode_algorithm("opo", defaults={"norm_by_std": False})
+    def opo(scores, group_ids, algo):     # (N,) float64 returns, N group ids, AlgoConfig
+        return ...                        # (N,) advantages
+
+Outside arborl, the module is reached by `algo.name=pkg.module:opo` or by an entry point
+in the `arborl.algorithms` group (`opo = "pkg.module:opo"`), so `arborl train algo=opo`
+finds it without an import.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -15,6 +37,69 @@ import torch
 from arborl import algos
 from arborl.data import Batch
 from arborl.registry import Registry
+
+RowsFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]]
+"""`rows(batch, rewards, algo, values) -> (adv (R,), returns (R,) | None, stats)`."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Everything the trainer needs to know about one `algo.name`."""
+
+    name: str
+    """The one name of the algorithm, in configs, metrics, docs and this registry."""
+    level: Literal["token", "episode", "step"]
+    """What the estimator consumes (see the module docstring)."""
+    rows: RowsFn
+    """Step rows -> one advantage per row (and critic returns where there is a critic)."""
+    estimator: Callable | None = None
+    """The `arborl.algos` function (or a plug-in's) that does the math."""
+    needs_critic: bool = False
+    """Train a value model (and fit it each step)."""
+    needs_reference: bool = False
+    """Score every row under the frozen reference even with `algo.kl_coef=0` (the
+    reference is always built when `algo.kl_coef > 0`)."""
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    """`algo` section values that `algo=NAME` selects (the name itself is implied)."""
+
+    def advantages(self, batch: Batch, rewards: torch.Tensor, algo, values=None):
+        """`rows(batch, rewards, algo, values)`."""
+        return self.rows(batch, rewards, algo, values)
+
+
+ALGORITHMS: Registry[Algorithm] = Registry(
+    "algo.name", allow_entry_points=True, entry_point_group="arborl.algorithms", error=ValueError
+)
+"""`algo.name` -> `Algorithm` (or a `"module:attr"` naming one, imported on first use)."""
+
+
+def register_algorithm(record: Algorithm) -> Algorithm:
+    """Add `record` under `record.name` (a name already taken is replaced)."""
+    if record.level not in ("token", "episode", "step"):
+        raise ValueError(
+            f"algorithm {record.name!r}: level={record.level!r} is not one of token, episode, step"
+        )
+    ALGORITHMS.register(record.name, record)
+    return record
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The record of `algo.name` (a registered name or a `"module:attr"` of a record)."""
+    record = ALGORITHMS.get(name)
+    if not isinstance(record, Algorithm):
+        raise ValueError(
+            f"algo.name={name!r} names a {type(record).__name__}, not an "
+            "arborl.train.advantages.Algorithm; register the estimator with "
+            "`episode_algorithm` (or `register_algorithm`) and name that record"
+        )
+    return record
+
+
+def algorithm_defaults(name: str) -> dict[str, Any] | None:
+    """The `algo` section `algo=NAME` selects, or None for an unknown name."""
+    if not ALGORITHMS.accepts(name):
+        return None
+    return {"name": name, **get_algorithm(name).defaults}
 
 
 def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
@@ -45,11 +130,6 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
     return torch.as_tensor(counts[inverse], dtype=torch.float32)
 
 
-ADV_FUNCTIONS: Registry = Registry("algo.name", error=ValueError)
-"""`algo.name` -> `fn(batch, rewards, algo, values) -> (adv (R,), returns (R,) | None,
-stats)`: how each estimator's inputs are laid out from step rows."""
-
-
 def compute_advantages(
     batch: Batch, rewards: torch.Tensor, algo, values: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
@@ -57,10 +137,47 @@ def compute_advantages(
 
     rewards: (R,) combined step reward of each row. `algo` is an `AlgoConfig`.
     """
-    return ADV_FUNCTIONS.get(algo.name)(batch, rewards, algo, values)
+    return get_algorithm(algo.name).advantages(batch, rewards, algo, values)
 
 
-@ADV_FUNCTIONS.register("gigpo")
+def episode_algorithm(
+    name: str,
+    estimator: Callable | None = None,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    needs_reference: bool = False,
+):
+    """Register an episode-level algorithm: `estimator(scores, group_ids, algo)` maps the
+    (N,) float64 trajectory returns and their N group ids (and the `AlgoConfig`) to (N,)
+    advantages, which are broadcast back to each trajectory's step rows. Returns the
+    `Algorithm`; without `estimator`, a decorator that returns the record."""
+    if estimator is None:
+        return lambda fn: episode_algorithm(
+            name, fn, defaults=defaults, needs_reference=needs_reference
+        )
+
+    def rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+        scores, groups, inverse = trajectory_scores(batch, rewards)
+        traj_adv = torch.as_tensor(estimator(scores, groups.tolist(), algo))
+        if traj_adv.shape != scores.shape:
+            raise ValueError(
+                f"algorithm {name!r} returned advantages of shape {tuple(traj_adv.shape)} "
+                f"for {len(scores)} trajectories; return one per trajectory"
+            )
+        return traj_adv.float()[torch.as_tensor(inverse)], None, {}
+
+    return register_algorithm(
+        Algorithm(name, "episode", rows, estimator, False, needs_reference, dict(defaults or {}))
+    )
+
+
+episode_algorithm("grpo", lambda s, g, algo: algos.grpo(s, g, norm_by_std=algo.norm_by_std))
+episode_algorithm("drgrpo", lambda s, g, algo: algos.drgrpo(s, g), defaults={"norm_by_std": False})
+episode_algorithm("rloo", lambda s, g, algo: algos.rloo(s, g))
+episode_algorithm("reinforce_pp", lambda s, g, algo: algos.reinforce_pp(s))
+episode_algorithm("reinforce_pp_baseline", lambda s, g, algo: algos.reinforce_pp_baseline(s, g))
+
+
 def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     out = algos.gigpo(
         rewards,
@@ -80,30 +197,18 @@ def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     return out.advantages.float(), None, stats
 
 
-@ADV_FUNCTIONS.register("ppo")
+register_algorithm(
+    Algorithm(
+        "gigpo", "step", _gigpo_rows, algos.gigpo,
+        defaults={"gigpo_gamma": 0.95, "gigpo_omega": 1.0, "norm_by_std": True},
+    )
+)  # fmt: skip
+
+
 def _ppo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     if values is None:
         raise ValueError("algo.name='ppo' needs critic values for every step row")
     return _gae_rows(batch, rewards, values, algo)
-
-
-def _episode_estimator(name: str, call):
-    """Register a group estimator that scores whole trajectories: `call(fn, scores,
-    groups, algo)` applies the `arborl.algos` estimator `fn`; the (n_traj,) result is
-    broadcast back to each trajectory's step rows."""
-
-    def rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
-        scores, groups, inverse = trajectory_scores(batch, rewards)
-        traj_adv = call(algos.get_adv_estimator(name), scores, groups.tolist(), algo)
-        return traj_adv.float()[torch.as_tensor(inverse)], None, {}
-
-    ADV_FUNCTIONS.register(name, rows)
-
-
-_episode_estimator("grpo", lambda fn, s, g, algo: fn(s, g, norm_by_std=algo.norm_by_std))
-_episode_estimator("reinforce_pp", lambda fn, s, g, algo: fn(s))
-for _name in ("drgrpo", "rloo", "reinforce_pp_baseline"):
-    _episode_estimator(_name, lambda fn, s, g, algo: fn(s, g))
 
 
 def _gae_rows(batch: Batch, rewards: torch.Tensor, values: torch.Tensor, algo):
@@ -125,3 +230,12 @@ def _gae_rows(batch: Batch, rewards: torch.Tensor, values: torch.Tensor, algo):
         (adv_rows - adv_rows.mean()) / (adv_rows.std() + 1e-6) if len(adv_rows) > 1 else adv_rows
     )
     return adv_rows, ret_rows, {"critic/values_mean": float(values.mean())}
+
+
+register_algorithm(
+    Algorithm(
+        "ppo", "token", _ppo_rows, algos.gae, needs_critic=True,
+        defaults={"gamma": 0.95, "lam": 0.95, "ppo_epochs": 2, "critic_lr": 1.0e-3,
+                  "value_clip": 0.2, "drop_zero_adv": False},
+    )
+)  # fmt: skip

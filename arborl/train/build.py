@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import warnings
 from typing import Any
@@ -27,8 +28,24 @@ from arborl import algos
 from arborl.envs import make_pool
 from arborl.models import ValueModel, apply_lora, autocast_ctx, load_policy
 from arborl.rollout.config import with_turn_limit
+from arborl.train.advantages import get_algorithm
 from arborl.train.config import TrainConfig
-from arborl.train.sft import lr_lambda
+
+
+def lr_lambda(warmup: int, total: int, schedule: str = "cosine", floor: float = 0.1):
+    """Linear warm-up to 1, then constant, cosine or linear decay to `floor`."""
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant" or total <= warmup:
+            return 1.0
+        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        if schedule == "linear":
+            return floor + (1 - floor) * (1 - frac)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
 
 
 def set_threads(cfg: TrainConfig) -> None:
@@ -38,8 +55,8 @@ def set_threads(cfg: TrainConfig) -> None:
 
 
 def needs_critic(cfg: TrainConfig) -> bool:
-    """Does `algo.name` train a value model? (algo "ppo" is GAE over a critic.)"""
-    return algos.needs_critic("gae" if cfg.algo.name == "ppo" else cfg.algo.name)
+    """Does `algo.name` train a value model? (its `Algorithm` record says)"""
+    return get_algorithm(cfg.algo.name).needs_critic
 
 
 def compute_dtype(cfg: TrainConfig, model: torch.nn.Module) -> contextlib.AbstractContextManager:
@@ -71,7 +88,7 @@ def build_critic(cfg: TrainConfig) -> ValueModel | None:
 def build_reference(cfg: TrainConfig, policy) -> torch.nn.Module | None:
     """A frozen copy of `policy` (LoRA included) when a KL term needs one (`algo.kl_coef`).
     Build it from the policy RL starts from: after a warm start, re-sync it."""
-    if cfg.algo.kl_coef <= 0:
+    if cfg.algo.kl_coef <= 0 and not get_algorithm(cfg.algo.name).needs_reference:
         return None
     return copy.deepcopy(policy).requires_grad_(False)
 

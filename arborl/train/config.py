@@ -1,8 +1,8 @@
 """The `arborl train` configuration: one dataclass per component, checked at start-up.
 
 `load_train_config(overrides)` layers the dataclass defaults, `configs/train.yaml`-style
-files, group selections (`algo=grpo` -> `configs/algo/grpo.yaml`, `env=sokoban` ->
-`configs/env/sokoban.yaml`) and dotted overrides (`trainer.total_steps=10`). The defaults
+files, group selections (`algo=grpo` -> the `grpo` algorithm record's defaults,
+`arborl.train.advantages`; `env=sokoban` -> `configs/env/sokoban.yaml`) and dotted overrides (`trainer.total_steps=10`). The defaults
 are the demo: a tiny model, an SFT warm start on oracle Maze demos, then GRPO.
 """
 
@@ -18,7 +18,7 @@ from arborl.rollout.config import RolloutConfig
 from arborl.search.config import SearchConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-"""Where group YAML files live in a source checkout (`configs/algo/*.yaml`, ...)."""
+"""Where group YAML files live in a source checkout (`configs/env/*.yaml`, ...)."""
 
 
 @dataclass
@@ -61,8 +61,11 @@ class EnvConfig:
     """RL task-prompt parquet (verl-style rows, e.g. `arborl curate`'s `train/rl.parquet`):
     RL draws its tasks from the `extra_info.seed` of this env's rows instead of random
     seeds of `train_split`. None: random seeds."""
-    pool_mode: Literal["auto", "inproc", "subprocess", "ray", "http", "openenv"] = "inproc"
-    """Where the training envs run (`arborl.envs.make_pool`): in this process, in worker
+    pool_mode: str = field(
+        default="inproc",
+        metadata={"registry": "arborl.envs.modes:POOL_MODES", "also": ("auto",)},
+    )
+    """A name of `arborl.envs.modes.POOL_MODES` (or "auto"): where the training envs run (`arborl.envs.make_pool`): in this process, in worker
     processes, in Ray actors, behind HTTP env servers (local ones the pool starts, or
     `env.urls`), or on the OpenEnv servers at `env.urls` ("openenv"); "auto" takes an env
     package's preferred mode (`arborl env add`). Out-of-process envs of a package run in
@@ -101,10 +104,12 @@ class EnvConfig:
 class AlgoConfig:
     """Advantage estimator and PPO-family losses."""
 
-    name: Literal[
-        "ppo", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"
-    ] = "grpo"
-    """Advantage estimator: ppo (GAE with a critic) or a critic-free group estimator."""
+    name: str = field(default="grpo", metadata={"registry": "arborl.train.advantages:ALGORITHMS"})
+    """The algorithm (its advantage estimator): ppo (GAE with a critic), a critic-free group
+    estimator (grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline) or gigpo; any name
+    registered in `arborl.train.advantages.ALGORITHMS` (plug-ins: an `arborl.algorithms`
+    entry point, or `pkg.module:record`). `algo=NAME` also applies the algorithm's
+    defaults."""
     gamma: float = field(default=1.0, metadata={"min": 0.0, "max": 1.0})
     """Discount over env steps (GAE, GiGPO step returns)."""
     lam: float = field(default=0.95, metadata={"min": 0.0, "max": 1.0})
@@ -129,16 +134,18 @@ class AlgoConfig:
     """Weight of the entropy bonus."""
     kl_coef: float = field(default=0.0, metadata={"min": 0.0})
     """KL-to-reference coefficient; 0 skips the reference model entirely."""
-    kl_estimator: Literal["k1", "k2", "k3", "abs"] = "k3"
-    """KL estimator (k3 = low-variance)."""
+    kl_estimator: str = field(default="k3", metadata={"registry": "arborl.algos.kl:KL_ESTIMATORS"})
+    """KL estimator, a name of `arborl.algos.kl.KL_ESTIMATORS` (k3 = low-variance)."""
     kl_in_reward: bool = False
     """Apply the KL as a reward penalty instead of a loss term."""
     kl_target: float | None = field(default=None, metadata={"min": 0.0})
     """Target KL for the adaptive controller; None keeps kl_coef fixed."""
-    loss_agg: Literal[
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-    ] = "seq-mean-token-mean"
-    """How per-token losses are reduced to one number."""
+    loss_agg: str = field(
+        default="seq-mean-token-mean", metadata={"registry": "arborl.algos.losses:AGG_MODES"}
+    )
+    """How per-token losses are reduced to one number, a name of
+    `arborl.algos.losses.AGG_MODES` (token-mean, seq-mean-token-sum, seq-mean-token-mean,
+    seq-mean-token-sum-norm)."""
     episode_weighting: bool = True
     """Step view: weight each step row by 1 / (its episode's length), so long failed
     episodes do not outweigh short successful ones (sequence-mean over an episode)."""
@@ -274,42 +281,63 @@ class TrainerConfig:
     "tensorboard", "wandb" (offline unless WANDB_MODE is set); `arborl.train.trackers`."""
     progress: bool = True
     """Show the progress bar."""
-    backend: str = "local"
-    """The engine of the RL loop, a name in `arborl.train.engine.ENGINES`: "local" (one
-    process) or "ray" (a driver that holds no weights dispatches Batches to Ray rollout
-    workers and an FSDP2-sharded train group, docs/distributed.md) or "vllm" (local
-    training, rollouts on an in-process vLLM synced every step; run from the vLLM venv,
-    docs/vllm.md); engines registered
-    with `ENGINES.register` are accepted too (checked when the trainer is built)."""
-    num_train_ranks: int = field(default=1, metadata={"min": 1})
-    """backend=ray: ranks of the train group (one torch.distributed process group that
-    shards actor, critic and reference with FSDP2; gloo on CPU, NCCL on GPU)."""
-    num_rollout_workers: int = field(default=1, metadata={"min": 1})
-    """backend=ray: rollout workers, each with its own generation backend and an equal
-    share of the tasks (colocated placement uses the train ranks, so it must equal
-    num_train_ranks)."""
-    placement: Literal["split", "colocated"] = "split"
-    """backend=ray: "split" puts rollout workers and train ranks in separate actors of one
-    Ray placement group; "colocated" runs rollout inside the train ranks' processes."""
-    one_step_off: bool = False
-    """backend=ray: roll out step k+1 with the weights before update k while update k runs
-    (one step stale, logged as async/staleness); False keeps rollout on-policy."""
-    ray_address: str | None = None
-    """backend=ray: address of a running Ray cluster ("auto" or "HOST:6379", from
-    `ray start --head`); None starts a private local Ray instance."""
-    ray_cpus_per_worker: float = field(default=0.5, metadata={"min": 0.0})
-    """backend=ray: CPUs Ray reserves for each rollout worker and train rank."""
-    ray_gpus_per_rank: float = field(default=0.0, metadata={"min": 0.0})
-    """backend=ray: GPUs per train rank (and split-placement rollout worker); > 0 puts the
-    models on CUDA and the train group on NCCL with bf16 mixed precision."""
-    max_worker_restarts: int = field(default=3, metadata={"min": 0})
-    """backend=ray: a rollout worker that dies is replaced and its share re-run, at most
-    this many times over the run."""
+    engine: str = field(default="local", metadata={"registry": "arborl.train.engine:ENGINES"})
+    """Where the model work of the RL loop runs (`arborl.train.engine.ENGINES`): "local"
+    (one process), "ray" (a driver over Ray rollout workers and an FSDP2-sharded train
+    group, settings in the `ray` section, docs/distributed.md) or "vllm" (local training,
+    rollouts on an in-process vLLM synced every step; run from the vLLM venv,
+    docs/vllm.md); a plug-in engine by its registered name, an `arborl.engines` entry
+    point or `pkg.module:Class` (its settings in `engine_options`)."""
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    """Settings of a plug-in engine, passed to it as they are (its `check_config` checks
+    them); the built-in engines read their own sections (`ray`) and reject these."""
+
+    RENAMED = {
+        "backend": "trainer.engine",
+        "num_train_ranks": "ray.num_train_ranks",
+        "num_rollout_workers": "ray.num_rollout_workers",
+        "placement": "ray.placement",
+        "one_step_off": "ray.one_step_off",
+        "ray_address": "ray.address",
+        "ray_cpus_per_worker": "ray.cpus_per_worker",
+        "ray_gpus_per_rank": "ray.gpus_per_rank",
+        "max_worker_restarts": "ray.max_worker_restarts",
+    }
+    """Keys that moved (2026-12): an old key fails naming its new place."""
 
     def validate(self, prefix: str = "trainer") -> None:
         from arborl.train.trackers import check_loggers
 
         check_loggers(self.loggers, f"{prefix}.loggers")
+
+
+@dataclass
+class RayConfig:
+    """The Ray engine's settings (`trainer.engine=ray`, `arborl.distributed`)."""
+
+    num_train_ranks: int = field(default=1, metadata={"min": 1})
+    """Ranks of the train group (one torch.distributed process group that shards actor,
+    critic and reference with FSDP2; gloo on CPU, NCCL on GPU)."""
+    num_rollout_workers: int = field(default=1, metadata={"min": 1})
+    """Rollout workers, each with its own generation backend and an equal share of the
+    tasks (colocated placement uses the train ranks, so it must equal num_train_ranks)."""
+    placement: Literal["split", "colocated"] = "split"
+    """"split" puts rollout workers and train ranks in separate actors of one Ray
+    placement group; "colocated" runs rollout inside the train ranks' processes."""
+    one_step_off: bool = False
+    """Roll out step k+1 with the weights before update k while update k runs (one step
+    stale, logged as async/staleness); False keeps rollout on-policy."""
+    address: str | None = None
+    """Address of a running Ray cluster ("auto" or "HOST:6379", from `ray start
+    --head`); None starts a private local Ray instance."""
+    cpus_per_worker: float = field(default=0.5, metadata={"min": 0.0})
+    """CPUs Ray reserves for each rollout worker and train rank."""
+    gpus_per_rank: float = field(default=0.0, metadata={"min": 0.0})
+    """GPUs per train rank (and split-placement rollout worker); > 0 puts the models on
+    CUDA and the train group on NCCL with bf16 mixed precision."""
+    max_worker_restarts: int = field(default=3, metadata={"min": 0})
+    """A rollout worker that dies is replaced and its share re-run, at most this many
+    times over the run."""
 
 
 @dataclass
@@ -342,7 +370,9 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation."""
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    """Run length, outputs, checkpoints."""
+    """Run length, outputs, checkpoints, the engine."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """The Ray engine's settings (read only with `trainer.engine=ray`)."""
 
     def validate(self, prefix: str = "config") -> None:
         from arborl.train.rollout_modes import check_rollout_mode
@@ -364,4 +394,7 @@ def load_train_config(
     config_dir: str | Path | None = None,
 ) -> TrainConfig:
     """Defaults <- files <- group selections <- dotted overrides, all checked."""
-    return load_config(TrainConfig, overrides, config_dir or CONFIG_DIR, files)
+    from arborl.train.advantages import algorithm_defaults
+
+    groups = {"algo": algorithm_defaults}  # `algo=NAME`: the algorithm record's defaults
+    return load_config(TrainConfig, overrides, config_dir or CONFIG_DIR, files, groups)

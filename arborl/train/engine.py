@@ -3,17 +3,26 @@
 The trainer owns everything that decides *what* is trained (step seeds, rewards,
 advantages, the minibatch order, KL control, the bad-step guard, metrics, evaluation
 cadence, the atomic checkpoint writer); an engine owns the models and does the work it is
-asked for, behind the small `Engine` protocol below. `trainer.backend` picks one from
-`ENGINES`:
+asked for, behind the small `Engine` protocol below. `trainer.engine` picks one from
+`ENGINES` (a registered name, an `arborl.engines` entry point or `pkg.module:Class`), or
+`RLTrainer(cfg, engine=...)` takes an instance:
 
   local  `LocalEngine` (this file): one process, the policy and its generation backend
          share weights, so weight sync is a no-op.
+  vllm   `arborl.train.vllm_engine:VLLMEngine`: a `LocalEngine` whose rollouts and
+         evaluations generate on an in-process vLLM.
   ray    `arborl.distributed.engine:RayEngine`: a driver over Ray rollout workers and an
-         FSDP2 train group (registered as a lazy entry point, so `arborl.train` never
-         imports `arborl.distributed`).
+         FSDP2 train group, settings in the `ray` section (registered as a lazy entry
+         point, so `arborl.train` never imports `arborl.distributed`).
 
-A new engine (e.g. rollouts on vLLM) is a class implementing `Engine`, registered with
-`ENGINES.register("name", "pkg.module:Class")`: no edit to the loop.
+Three things are called "engine"-like and are kept apart by name: the *engine* (this
+protocol, `trainer.engine`), the *generation backend* an engine samples with
+(`arborl.generation`, e.g. `HFBackend`), and the *rollout loop* that drives envs with it
+(`arborl.rollout.loop`). A new engine is a class implementing `Engine`, reachable without
+an edit to arborl: `ENGINES.register("name", "pkg.module:Class")`, an entry point in the
+`arborl.engines` group, or `trainer.engine=pkg.module:Class`; its own settings come in
+`trainer.engine_options` (checked by its `check_config`). `tests/train/test_engine_contract.py`
+drives the loop through steps, a save and a resume with a small engine written there.
 """
 
 from __future__ import annotations
@@ -24,10 +33,11 @@ from typing import Any, Protocol
 
 import torch
 
+from arborl.config import ConfigError
 from arborl.data import Batch
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel
-from arborl.registry import Registry
+from arborl.registry import Registry, UnknownNameError
 from arborl.rollout import RolloutConfig
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
@@ -60,7 +70,13 @@ class Engine(Protocol):
     """The model work of an RL run. Every method is called by `RLTrainer` only."""
 
     name: str
-    """The `trainer.backend` value; stored in checkpoints and checked on resume."""
+    """The `trainer.engine` value; stored in checkpoints and checked on resume."""
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """Raise `ConfigError` for settings this engine cannot run (its own section
+        included), before the trainer builds anything."""
+        ...
 
     def prepare(self, warm_start: bool) -> dict[str, float] | None:
         """Make the engine ready to roll out; with `warm_start`, SFT the policy first (the
@@ -69,7 +85,7 @@ class Engine(Protocol):
 
     def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
         """Roll out `plan` with the current weights. `upcoming` is the next step's plan,
-        which an asynchronous engine may launch now (`trainer.one_step_off`)."""
+        which an asynchronous engine may launch now (`ray.one_step_off`)."""
         ...
 
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
@@ -117,8 +133,53 @@ class Engine(Protocol):
         ...
 
 
-ENGINES: Registry[type] = Registry("trainer.backend")
-"""`trainer.backend` -> engine class, built as `cls(cfg, run_dir)`."""
+ENGINES: Registry[type] = Registry(
+    "trainer.engine", allow_entry_points=True, entry_point_group="arborl.engines"
+)
+"""`trainer.engine` -> engine class, built as `cls(cfg, run_dir)`."""
+
+
+ENGINE_METHODS = (
+    "check_config", "prepare", "rollout", "reference_logp", "values", "update",
+    "scheduler_step", "sync_weights", "evaluate", "save", "load", "close",
+)  # fmt: skip
+"""Everything `RLTrainer` calls on an engine (the `Engine` protocol's methods)."""
+
+ACTOR_KEYS = ("input_ids", "attention_mask", "response_mask", "old_logp", "adv", "weight")
+CRITIC_KEYS = ("input_ids", "attention_mask", "response_mask", "returns", "old_values")
+SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
+"""The Batch columns each kind of model work reads (what an engine may ship to workers)."""
+
+
+def resolve_engine(name: str) -> type:
+    """The engine class `trainer.engine` names (registered, entry point or module:attr)."""
+    try:
+        return ENGINES.get(name)
+    except (UnknownNameError, ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(str(e)) from None  # a config error, reported before any work
+
+
+def check_engine(engine_cls: type) -> None:
+    """Raise `TypeError` naming what an engine class lacks of the `Engine` protocol."""
+    missing = [m for m in ENGINE_METHODS if not callable(getattr(engine_cls, m, None))]
+    if not isinstance(getattr(engine_cls, "name", None), str):
+        missing.insert(0, "name (a str attribute)")
+    if missing:
+        raise TypeError(
+            f"engine {engine_cls.__module__}.{engine_cls.__qualname__} does not implement "
+            f"the Engine protocol (arborl.train.engine.Engine): missing {', '.join(missing)}"
+        )
+
+
+def check_no_engine_options(cfg: TrainConfig) -> None:
+    """The built-in engines read their own sections; `trainer.engine_options` is for a
+    plug-in engine and would be silently ignored by them."""
+    if cfg.trainer.engine_options:
+        raise ConfigError(
+            f"trainer.engine_options={cfg.trainer.engine_options} is read by plug-in engines "
+            f"only; trainer.engine={cfg.trainer.engine!r} ignores it: remove it (the Ray "
+            "engine's settings are the `ray` section)"
+        )
 
 
 @ENGINES.register("local")
@@ -127,6 +188,10 @@ class LocalEngine:
     reference, optimizers, and the training env pool in `env.pool_mode`."""
 
     name = "local"
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        check_no_engine_options(cfg)
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:
         self.cfg = cfg
@@ -150,11 +215,10 @@ class LocalEngine:
 
     def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
         c = self.cfg
-        self.model.eval()
-        self.backend.forget_prompts()  # this step's numbers depend on this step's calls only
+        backend = self.generation_backend()
         with build.compute_dtype(c, self.model):
             res = rollout_step(
-                self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c,
+                backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c,
                 c.env.train_split,
             )  # fmt: skip
         return RolloutOutput(res.batch, res.trajectories, res.stats)
@@ -190,11 +254,16 @@ class LocalEngine:
         return {}  # the generation backend holds the trained model itself
 
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        c = self.cfg
+        backend = self.generation_backend()
+        with build.compute_dtype(self.cfg, self.model):
+            return evaluate_policy(backend, self.tokenizer, self.cfg, num_episodes)
+
+    def generation_backend(self):
+        """The generation backend rollouts and evaluations sample with, ready for a new
+        batch of calls (here the HF backend over the trained model itself)."""
         self.model.eval()
-        self.backend.forget_prompts()
-        with build.compute_dtype(c, self.model):
-            return evaluate_policy(self.backend, self.tokenizer, c, num_episodes)
+        self.backend.forget_prompts()  # a step's numbers depend on that step's calls only
+        return self.backend
 
     def save(self, directory: Path) -> dict[str, Any]:
         from arborl.agent.settings import save_agent_settings

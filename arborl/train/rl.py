@@ -1,7 +1,7 @@
 """The one RL loop: rollout -> rewards -> ref logprobs -> values -> advantages -> PPO
 minibatches -> critic -> weight sync -> metrics, one RL step after another.
 
-    trainer = RLTrainer(load_train_config(["algo=grpo"]))   # trainer.backend=local|ray
+    trainer = RLTrainer(load_train_config(["algo=grpo"]))   # trainer.engine=local|ray
     summary = trainer.fit()
 
 `RLTrainer` holds the only copy of the loop's decisions (step seeds, rewards, advantages,
@@ -31,12 +31,11 @@ import torch
 from arborl.config import ConfigError, to_dict
 from arborl.data import write_trajectories
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
-from arborl.registry import UnknownNameError
 from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
 from arborl.rollout import draw_seeds
-from arborl.train.advantages import compute_advantages, episode_lengths
-from arborl.train.build import build_kl_controller, needs_critic
+from arborl.train.advantages import compute_advantages, episode_lengths, get_algorithm
+from arborl.train.build import build_kl_controller
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
 from arborl.train.diagnostics import (
@@ -44,9 +43,16 @@ from arborl.train.diagnostics import (
     group_diagnostics,
     train_token_diagnostics,
 )
-from arborl.train.engine import ENGINES, Engine, RolloutPlan
+from arborl.train.engine import (
+    ACTOR_KEYS,
+    CRITIC_KEYS,
+    Engine,
+    RolloutPlan,
+    check_engine,
+    resolve_engine,
+)
 from arborl.train.evaluate import paired_gain, record_evaluation
-from arborl.train.runlog import MetricsLogger, RunDir
+from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
 from arborl.train.update import minibatch_schedule
 
 log = logging.getLogger("arborl")
@@ -120,33 +126,26 @@ def drop_env_errors(batch, trajectories: list) -> tuple:
     return batch[torch.as_tensor(keep)], kept, len(bad)
 
 
-ACTOR_KEYS = ("input_ids", "attention_mask", "response_mask", "old_logp", "adv", "weight")
-CRITIC_KEYS = ("input_ids", "attention_mask", "response_mask", "returns", "old_values")
-SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
-"""The Batch columns each kind of model work reads (what an engine may ship to workers)."""
-
-
 class RLTrainer:
-    """The RL loop over an `Engine` chosen by `trainer.backend` (see the module docstring)."""
+    """The RL loop over an `Engine` chosen by `trainer.engine` (see the module docstring)."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, engine: Engine | None = None) -> None:
+        """`engine`: an engine instance to drive (built by the caller, e.g. a test or a
+        custom set-up); None builds `trainer.engine` from `ENGINES`."""
         self.cfg = cfg
-        try:
-            engine_cls = ENGINES.get(cfg.trainer.backend)
-        except UnknownNameError as e:  # a config error, reported before any work
-            raise ConfigError(str(e)) from None
+        engine_cls = type(engine) if engine is not None else resolve_engine(cfg.trainer.engine)
+        check_engine(engine_cls)
         if cfg.trainer.resume is not None and not cfg.trainer.name:
             raise ConfigError(
                 f"trainer.resume={cfg.trainer.resume} needs the run's name, else a new "
                 "timestamped run starts from scratch; name the run folder under "
                 f"trainer.output_dir={cfg.trainer.output_dir}: trainer.name=<folder>"
             )
-        check = getattr(engine_cls, "check_config", None)
-        if check is not None:  # an engine's own settings fail before any work
-            check(cfg)
+        engine_cls.check_config(cfg)  # an engine's own settings fail before any work
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
         self.reward_fns = build_reward_fns(cfg.reward)  # loads reward.rm_model for `rm`
-        self.engine: Engine = engine_cls(cfg, self.run.path)
+        self.engine: Engine = engine if engine is not None else engine_cls(cfg, self.run.path)
+        self.algorithm = get_algorithm(cfg.algo.name)
         self.kl_ctl = build_kl_controller(cfg)
         self.gen = torch.Generator().manual_seed(cfg.trainer.seed)
         self.task_seeds = (  # a task file replaces random seeds (checked here, before work)
@@ -182,65 +181,69 @@ class RLTrainer:
     def rl_step(self) -> dict[str, float]:
         """One rollout batch and its update; returns the step's metrics."""
         c, a = self.cfg, self.cfg.algo
-        t0 = time.perf_counter()
+        timer = PhaseTimer()
         plan = self.plan(self.step)
-        upcoming = None
-        if c.trainer.one_step_off and self.step + 1 < c.trainer.total_steps:
-            upcoming = self.plan(self.step + 1)
-        out = self.engine.rollout(plan, upcoming)
-        t_roll = time.perf_counter() - t0
+        # the next step's plan, for engines that roll out one step ahead (ray.one_step_off)
+        upcoming = self.plan(self.step + 1) if self.step + 1 < c.trainer.total_steps else None
+        with timer.phase("rollout"):
+            out = self.engine.rollout(plan, upcoming)
         self.env_steps += len(out.batch)
         batch, trajectories, num_errors = drop_env_errors(out.batch, out.trajectories)
         self._count_env_errors(num_errors)
         temperature = plan.rollout.temperature
-        train, metrics = self._advantages(batch, trajectories, temperature)
+        train, metrics = self._advantages(batch, trajectories, temperature, timer)
         metrics["rollout/env_errors"] = float(num_errors)
-        t1 = time.perf_counter()
-        if len(train):
-            keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
-            actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
-            critic_mbs = (
-                minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
-                if needs_critic(c)
-                else None
-            )
-            up = self.engine.update(actor_mbs, critic_mbs, temperature, self.kl_ctl.value)
-            metrics.update(up.stats)
-            self._count_bad(up.skipped)
-        lr = self.engine.scheduler_step()
-        if "actor/kl" in metrics:
-            self.kl_ctl.update(metrics["actor/kl"], len(batch))
-        t_update = time.perf_counter() - t1
-        t_sync = time.perf_counter()
-        sync = self.engine.sync_weights()
-        metrics.update(self._step_metrics(out.stats, t_roll, t_update, lr))
-        if sync:
-            metrics["time/weight_sync_s"] = time.perf_counter() - t_sync
-            metrics.update(sync)
+        with timer.phase("update"):
+            if len(train):
+                keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
+                actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
+                critic_mbs = (
+                    minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
+                    if self.algorithm.needs_critic
+                    else None
+                )
+                up = self.engine.update(actor_mbs, critic_mbs, temperature, self.kl_ctl.value)
+                metrics.update(up.stats)
+                self._count_bad(up.skipped)
+            lr = self.engine.scheduler_step()
+            if "actor/kl" in metrics:
+                self.kl_ctl.update(metrics["actor/kl"], len(batch))
+        with timer.phase("weight_sync"):
+            metrics.update(self.engine.sync_weights())
+        metrics.update(self._step_metrics(out.stats, lr))
         metrics.update(out.metrics)
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
                 out.trajectories[: c.trainer.save_trajectories],
             )
+        metrics.update(timer.metrics())  # callbacks (fault injection, tests) are not the step's
         for fn in self.callbacks:
             fn(self)
         return metrics
 
-    def _advantages(self, batch, trajectories, temperature: float):
-        """Rewards, reference log-probs, values and advantages of the step's rows; the
-        rows to train on and the metrics (nothing to score when every episode failed)."""
+    def _advantages(self, batch, trajectories, temperature: float, timer: PhaseTimer):
+        """Rewards, reference log-probs, values and advantages of the step's rows, each
+        phase timed; the rows to train on and the metrics (nothing to score when every
+        episode failed)."""
         c = self.cfg
         if not len(batch):
             return batch, {"train/rows_with_signal": 0.0}
-        rewards, metrics = batch_rewards(
-            batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
-        )
-        if c.algo.kl_coef > 0:
-            batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
-        values = self.engine.values(batch) if needs_critic(c) else None
-        train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
-        return train, {**metrics, **adv_metrics, **group_diagnostics(batch)}
+        with timer.phase("rewards"):
+            rewards, metrics = batch_rewards(
+                batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
+            )
+        values = None
+        if c.algo.kl_coef > 0 or self.algorithm.needs_reference:
+            with timer.phase("ref_logp"):
+                batch["ref_logp"] = self.engine.reference_logp(batch, temperature)
+        if self.algorithm.needs_critic:
+            with timer.phase("values"):
+                values = self.engine.values(batch)
+        with timer.phase("advantages"):
+            train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
+            diag = group_diagnostics(batch)
+        return train, {**metrics, **adv_metrics, **diag}
 
     def _count_env_errors(self, num_errors: int) -> None:
         if not num_errors:
@@ -260,7 +263,7 @@ class RLTrainer:
                 "env.max_env_errors if failures are expected"
             )
 
-    def _step_metrics(self, s: dict, t_roll: float, t_update: float, lr: float) -> dict:
+    def _step_metrics(self, s: dict, lr: float) -> dict:
         """The per-step metrics every engine logs (`s`: the rollout's episode stats)."""
         return {
             "train/success": s["success_rate"],
@@ -268,8 +271,6 @@ class RLTrainer:
             "train/mean_turns": s["mean_turns"],
             "train/invalid_rate": s["invalid_action_rate"],
             "train/env_steps": float(self.env_steps),
-            "time/rollout_s": t_roll,
-            "time/update_s": t_update,
             "actor/lr": lr,
             "actor/kl_coef": self.kl_ctl.value,
             # tree rollouts (rollout.mode=tree) report no generation throughput
@@ -309,7 +310,7 @@ class RLTrainer:
     def save(self) -> Path:
         """`checkpoints/step-N/`: the engine's parts and `trainer_state.pt`, atomically."""
         state = {
-            "backend": self.engine.name,
+            "engine": self.engine.name,
             "generator": self.gen.get_state(),
             "env_steps": self.env_steps,
             "bad_steps": self.bad_steps,
@@ -325,11 +326,11 @@ class RLTrainer:
 
     def load(self, ckpt: Path) -> None:
         st = load_state(ckpt)
-        written_by = st.get("backend", "local")
+        written_by = st.get("engine", st.get("backend", "local"))  # "backend": before 2026-12
         if written_by != self.engine.name:
             raise RuntimeError(
-                f"{ckpt} was written by trainer.backend={written_by}; resume it with that "
-                f"backend, or start trainer.backend={self.engine.name} from its policy: "
+                f"{ckpt} was written by trainer.engine={written_by}; resume it with that "
+                f"engine, or start trainer.engine={self.engine.name} from its policy: "
                 f"model.name_or_path={ckpt}/policy sft.enabled=false"
             )
         self.engine.load(Path(ckpt), st)

@@ -39,8 +39,8 @@ from arborl.rewards.reward_model import (
     step_prefixes,
 )
 from arborl.rewards.rm_data import PreferencePair, StepLabels, read_pairs, read_step_labels
+from arborl.train.build import lr_lambda
 from arborl.train.rm_config import RMTrainConfig
-from arborl.train.sft import lr_lambda
 
 log = logging.getLogger("arborl")
 

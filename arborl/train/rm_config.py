@@ -7,14 +7,13 @@ field, documented by the field's docstring, without loading torch to print `--he
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 
 @dataclass
 class RMTrainConfig:
     """Everything `arborl rm train` needs."""
 
-    kind: Literal["orm", "prm"] = "orm"
+    kind: str = field(default="orm", metadata={"registry": "arborl.train.rm:RM_KINDS"})
     """orm: outcome RM on preference pairs (Bradley-Terry); prm: process RM on step labels."""
     data: str = ""
     """Training records from `arborl rm data`: pairs (.jsonl) for orm, step labels for prm;

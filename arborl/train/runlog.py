@@ -9,6 +9,7 @@ step it logged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -150,6 +151,28 @@ class MetricsLogger:
         self._file.close()
         for tracker in self.trackers:
             tracker.close()
+
+
+class PhaseTimer:
+    """Wall time of each phase of one RL step, as `time/<phase>_s` metrics; `metrics()`
+    adds `time/other_s` (what no phase covered) so that the split adds up to the step."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"time/{name}_s"
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+    def metrics(self) -> dict[str, float]:
+        total = time.perf_counter() - self.start
+        return {**self.seconds, "time/other_s": max(0.0, total - sum(self.seconds.values()))}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

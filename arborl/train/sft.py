@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from arborl.agent import AgentConfig, build_prompt, encode_text, instruction_tex
 from arborl.data import Trajectory
 from arborl.models.scoring import token_logprobs
 from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
+from arborl.train.build import lr_lambda, pool_options
 
 log = logging.getLogger("arborl")
 
@@ -88,22 +88,6 @@ def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[
     return loss, {"sft/loss": float(loss.detach()), "sft/tokens": float(n)}
 
 
-def lr_lambda(warmup: int, total: int, schedule: str = "cosine", floor: float = 0.1):
-    """Linear warm-up to 1, then constant, cosine or linear decay to `floor`."""
-
-    def f(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant" or total <= warmup:
-            return 1.0
-        frac = min(1.0, (step - warmup) / max(1, total - warmup))
-        if schedule == "linear":
-            return floor + (1 - floor) * (1 - frac)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac))
-
-    return f
-
-
 def run_sft(
     model,
     tokenizer,
@@ -163,7 +147,6 @@ def load_demos(cfg) -> list[Trajectory]:
     from dataclasses import replace
 
     from arborl.data import read_trajectories
-    from arborl.train.build import pool_options  # build imports this module
 
     if cfg.sft.demos:
         return read_trajectories(cfg.sft.demos)

@@ -1,4 +1,4 @@
-"""KL estimators, in-reward KL, controllers and the estimator registry."""
+"""KL estimators, in-reward KL and controllers."""
 
 import math
 
@@ -6,18 +6,12 @@ import pytest
 import torch
 
 from arborl.algos import (
-    ADV_ESTIMATOR_LEVELS,
-    ADV_ESTIMATORS,
     AdaptiveKLController,
     FixedKLController,
     UnknownNameError,
-    adv_estimator_level,
-    get_adv_estimator,
-    grpo,
     kl_penalized_rewards,
     kl_penalty,
     make_kl_controller,
-    needs_critic,
 )
 
 # token 0: logp -1, ref -2 -> d = ref - logp = -1; token 1: logp -2, ref -1 -> d = +1
@@ -82,18 +76,3 @@ def test_adaptive_controller_by_hand():
         AdaptiveKLController(0.1, 0, 100)
     with pytest.raises(UnknownNameError, match="'pid'.*adaptive.*fixed"):
         make_kl_controller("pid", 0.1)
-
-
-def test_adv_estimator_registry():
-    assert set(ADV_ESTIMATORS) == set(ADV_ESTIMATOR_LEVELS) == {
-        "gae", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"
-    }  # fmt: skip
-    assert get_adv_estimator("grpo") is grpo
-    assert adv_estimator_level("gigpo") == "step"
-    assert needs_critic("gae") and not needs_critic("rloo")
-    # drgrpo = grpo without std: (0, 4) -> (-2, 2)
-    torch.testing.assert_close(
-        get_adv_estimator("drgrpo")([0.0, 4.0], [1, 1]), torch.tensor([-2.0, 2.0])
-    )
-    with pytest.raises(UnknownNameError, match="adv_estimator='ppo'.*drgrpo.*gae.*gigpo"):
-        get_adv_estimator("ppo")

@@ -23,8 +23,8 @@ STEPS = 160
 @pytest.mark.timeout(2400)
 def test_ray_mode_improves_held_out_success_from_the_demo_warm_start(ray_instance, tmp_path):
     cfg = load_train_config([
-        f"trainer.output_dir={tmp_path}", "trainer.name=learn", "trainer.backend=ray",
-        "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
+        f"trainer.output_dir={tmp_path}", "trainer.name=learn", "trainer.engine=ray",
+        "ray.num_train_ranks=2", "ray.num_rollout_workers=2",
         f"trainer.total_steps={STEPS}", "eval.num_episodes=500", "eval.every=0",
         "trainer.save_every=0", "trainer.save_trajectories=0", "trainer.plots=false",
         "trainer.progress=false",

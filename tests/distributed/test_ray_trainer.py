@@ -1,4 +1,4 @@
-"""`arborl train trainer.backend=ray` end to end on a real local Ray instance.
+"""`arborl train trainer.engine=ray` end to end on a real local Ray instance.
 
 Real actors, a real gloo group of 2 train ranks, real rollout workers: a rollout worker
 SIGKILLed mid-run is replaced by the controller and the run finishes; the final policy is
@@ -36,8 +36,8 @@ TOY = [
     "trainer.save_trajectories=1",
     "reward.sources={env: 1.0, invalid_action: 0.5}",
     "algo.drop_zero_adv=false",
-    "trainer.backend=ray",
-    "trainer.ray_cpus_per_worker=0.25",
+    "trainer.engine=ray",
+    "ray.cpus_per_worker=0.25",
 ]
 
 
@@ -93,11 +93,11 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
     # ppo with a KL term: the critic and the reference are sharded and dispatched too.
     cfg = _cfg(
         tmp_path, "fault", "algo=ppo", "algo.kl_coef=0.05", "sft.steps=3", "sft.num_demos=2",
-        "trainer.total_steps=3", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
+        "trainer.total_steps=3", "ray.num_train_ranks=2", "ray.num_rollout_workers=2",
         "eval.save_episodes=3",
     )  # fmt: skip
     trainer = RLTrainer(cfg)
-    assert type(trainer.engine).__name__ == "RayEngine"  # trainer.backend=ray composes it
+    assert type(trainer.engine).__name__ == "RayEngine"  # trainer.engine=ray composes it
     trainer.callbacks.append(_kill_worker_after_step_1)
     summary = trainer.fit()
     run = tmp_path / "fault"
@@ -134,13 +134,13 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
 @pytest.mark.slow
 def test_sharded_checkpoint_resumes_on_another_number_of_ranks(ray_instance, tmp_path):
     common = ("sft.enabled=false", "trainer.save_every=1")
-    two = _cfg(tmp_path, "res", *common, "trainer.total_steps=2", "trainer.num_train_ranks=2",
-               "trainer.num_rollout_workers=1")  # fmt: skip
+    two = _cfg(tmp_path, "res", *common, "trainer.total_steps=2", "ray.num_train_ranks=2",
+               "ray.num_rollout_workers=1")  # fmt: skip
     RLTrainer(two).fit()
     run = tmp_path / "res"
     # Resume the 2-rank checkpoint on 1 rank (DCP reshards on load) and go on to step 3.
-    one = _cfg(tmp_path, "res", *common, "trainer.total_steps=3", "trainer.num_train_ranks=1",
-               "trainer.num_rollout_workers=1", "trainer.resume=auto")  # fmt: skip
+    one = _cfg(tmp_path, "res", *common, "trainer.total_steps=3", "ray.num_train_ranks=1",
+               "ray.num_rollout_workers=1", "trainer.resume=auto")  # fmt: skip
     summary = RLTrainer(one).fit()
     assert summary["steps"] == 3
     recs = _rl_records(run)
@@ -157,11 +157,11 @@ def test_sharded_checkpoint_resumes_on_another_number_of_ranks(ray_instance, tmp
 @pytest.mark.slow
 def test_colocated_placement_and_one_step_off(ray_instance, tmp_path):
     colo = _cfg(tmp_path, "colo", "sft.enabled=false", "trainer.total_steps=2",
-                "trainer.placement=colocated", "trainer.num_train_ranks=2",
-                "trainer.num_rollout_workers=2")  # fmt: skip
+                "ray.placement=colocated", "ray.num_train_ranks=2",
+                "ray.num_rollout_workers=2")  # fmt: skip
     assert RLTrainer(colo).fit()["steps"] == 2
     off = _cfg(tmp_path, "one_step_off", "sft.enabled=false", "trainer.total_steps=3",
-               "trainer.one_step_off=true", "trainer.num_rollout_workers=2")  # fmt: skip
+               "ray.one_step_off=true", "ray.num_rollout_workers=2")  # fmt: skip
     RLTrainer(off).fit()
     recs = _rl_records(tmp_path / "one_step_off")
     # Step 1 waits for its own rollout; steps 2 and 3 train on data one version old.
@@ -172,6 +172,6 @@ def test_bad_ray_settings_fail_before_any_work(tmp_path):
     from arborl.config import ConfigError
 
     with pytest.raises(ConfigError, match="num_rollout_workers=1 must equal"):
-        RLTrainer(_cfg(tmp_path, "bad", "trainer.placement=colocated", "trainer.num_train_ranks=2"))
-    with pytest.raises(ConfigError, match="needs trainer.placement=split"):
-        RLTrainer(_cfg(tmp_path, "bad", "trainer.placement=colocated", "trainer.one_step_off=true"))
+        RLTrainer(_cfg(tmp_path, "bad", "ray.placement=colocated", "ray.num_train_ranks=2"))
+    with pytest.raises(ConfigError, match="needs ray.placement=split"):
+        RLTrainer(_cfg(tmp_path, "bad", "ray.placement=colocated", "ray.one_step_off=true"))

@@ -56,9 +56,9 @@ def test_real_vllm_backend_seeds_eos_logprobs_and_weight_sync(vllm_python, tmp_p
 
 @pytest.mark.slow
 def test_arborl_train_on_the_vllm_engine_syncs_every_step(vllm_python, tmp_path):
-    """`arborl train trainer.backend=vllm`: the unchanged loop over the vLLM engine."""
+    """`arborl train trainer.engine=vllm`: the unchanged loop over the vLLM engine."""
     args = [
-        "train", "trainer.backend=vllm", "trainer.total_steps=2", "trainer.name=v",
+        "train", "trainer.engine=vllm", "trainer.total_steps=2", "trainer.name=v",
         f"trainer.output_dir={tmp_path}", "trainer.plots=false", "sft.steps=40",
         "rollout.num_tasks=8", "rollout.group_size=4", "eval.num_episodes=4",
     ]  # fmt: skip

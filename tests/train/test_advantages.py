@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from arborl import algos
 from arborl.data import Batch
 from arborl.train.advantages import compute_advantages, episode_lengths
 from arborl.train.config import AlgoConfig
@@ -122,3 +123,85 @@ def test_ppo_without_values_says_what_is_missing():
 def test_episode_lengths_per_row():
     b, _ = _batch()
     assert episode_lengths(b).tolist() == [2.0, 1.0, 2.0, 1.0, 1.0]
+
+
+def test_one_record_per_algorithm_with_one_name():
+    from arborl.train.advantages import ALGORITHMS, get_algorithm
+    from arborl.train.build import needs_critic
+    from arborl.train.config import load_train_config
+
+    names = {"ppo", "grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"}
+    assert names <= set(ALGORITHMS.names())
+    assert {n: get_algorithm(n).level for n in ("ppo", "grpo", "gigpo")} == {
+        "ppo": "token", "grpo": "episode", "gigpo": "step"
+    }  # fmt: skip
+    assert get_algorithm("ppo").estimator is algos.gae  # one name: no "gae" alias
+    assert "gae" not in ALGORITHMS
+    assert [n for n in names if get_algorithm(n).needs_critic] == ["ppo"]
+    # `algo=NAME` applies the record's defaults; the name alone keeps the section's
+    ppo = load_train_config(["algo=ppo"])
+    assert (ppo.algo.name, ppo.algo.gamma, ppo.algo.ppo_epochs, ppo.algo.drop_zero_adv) == (
+        "ppo", 0.95, 2, False
+    )  # fmt: skip
+    assert needs_critic(ppo) and not needs_critic(load_train_config(["algo=rloo"]))
+    assert load_train_config(["algo=drgrpo"]).algo.norm_by_std is False
+
+
+def test_an_episode_algorithm_registered_at_run_time_is_selectable():
+    from arborl.config import ConfigError
+    from arborl.train.advantages import ALGORITHMS, episode_algorithm
+    from arborl.train.config import load_train_config
+
+    with pytest.raises(
+        ConfigError, match=r"algo='centered' is not registered; choose one of \[.*'grpo'"
+    ):
+        load_train_config(["algo=centered"])
+
+    @episode_algorithm("centered", defaults={"lr": 3e-5})
+    def centered(scores, group_ids, algo):  # r - mean over the whole batch
+        return scores - scores.mean()
+
+    try:
+        cfg = load_train_config(["algo=centered"])
+        assert (cfg.algo.name, cfg.algo.lr) == ("centered", 3e-5)
+        b, r = _batch()
+        adv, ret, _ = compute_advantages(b, r, cfg.algo)
+        assert ret is None
+        # returns a=1, b=0, c=2, d=2 (mean 1.25), broadcast to rows a, b, a, c, d
+        assert torch.allclose(adv, torch.tensor([-0.25, -1.25, -0.25, 0.75, 0.75]))
+    finally:
+        ALGORITHMS.unregister("centered")
+
+
+def test_registry_backed_fields_name_the_registry_and_suggest():
+    from arborl.algos.losses import AGG_MODES
+    from arborl.config import ConfigError, allowed_names
+    from arborl.train.config import load_train_config
+
+    for override, hint in (
+        ("algo.kl_estimator=lowvar_kl", "low_var_kl"),
+        ("algo.loss_agg=token_mean", "token-mean"),
+        ("env.pool_mode=subproc", "subprocess"),
+        ("trainer.engine=lokal", "local"),
+    ):
+        with pytest.raises(ConfigError, match=f"Did you mean '{hint}'"):
+            load_train_config([override])
+    AGG_MODES.register(
+        "half-token-mean", lambda *a, **k: 0.5 * AGG_MODES.get("token-mean")(*a, **k)
+    )
+    try:  # a plug-in registered at run time is accepted and listed
+        assert load_train_config(["algo.loss_agg=half-token-mean"]).algo.loss_agg == (
+            "half-token-mean"
+        )
+        import dataclasses
+
+        from arborl.train.config import AlgoConfig
+
+        meta = {f.name: f.metadata for f in dataclasses.fields(AlgoConfig)}["loss_agg"]
+        assert "half-token-mean" in allowed_names(meta)
+    finally:
+        AGG_MODES.unregister("half-token-mean")
+    with pytest.raises(ConfigError, match="trainer.backend' was renamed; set trainer.engine"):
+        load_train_config(["trainer.backend=ray"])
+    with pytest.raises(ConfigError, match="renamed; set ray.num_train_ranks"):
+        load_train_config(["trainer.num_train_ranks=2"])

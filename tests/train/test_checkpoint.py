@@ -91,8 +91,8 @@ def _assert_equal(a, b):
 # are kept and an entropy bonus moves the adapters in RL steps 4-6.
 LORA = ["model.lora_rank=4", "algo.entropy_coef=0.01", "algo.drop_zero_adv=false"]
 RAY = [
-    "trainer.backend=ray", "trainer.num_train_ranks=2", "trainer.num_rollout_workers=2",
-    "trainer.ray_cpus_per_worker=0.25", "algo.kl_coef=0.05",
+    "trainer.engine=ray", "ray.num_train_ranks=2", "ray.num_rollout_workers=2",
+    "ray.cpus_per_worker=0.25", "algo.kl_coef=0.05",
 ]  # fmt: skip
 
 

@@ -69,7 +69,7 @@ def test_float32_runs_in_float32(tmp_path):
 
 
 def test_ray_rollout_worker_rolls_out_and_evaluates_in_bf16(tmp_path):
-    """The rollout worker of trainer.backend=ray (its methods called in this process, as a
+    """The rollout worker of trainer.engine=ray (its methods called in this process, as a
     Ray actor calls them): rollout and evaluation matmuls run in bf16 on fp32 weights, and
     its behaviour logprobs are those of bf16 passes, not of fp32 ones."""
     from arborl.distributed.workers import RolloutRole
