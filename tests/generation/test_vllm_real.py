@@ -73,7 +73,11 @@ def test_arborl_train_on_the_vllm_engine_syncs_every_step(vllm_python, tmp_path)
     steps = [r for r in rows if "weights/version" in r]
     assert [r["weights/version"] for r in steps] == [1.0, 2.0]
     for r in steps:
-        assert r["time/weight_sync_s"] >= r["time/weight_reload_s"] > 0
+        assert r["time/weight_sync_s"] >= r["weights/reload_s"] > 0
+    # eval.save_episodes (default 16) holds under vLLM too: the local engine's evaluate
+    saved = sorted((tmp_path / "v" / "eval_episodes").glob("step-*.jsonl"))
+    assert [p.name for p in saved] == ["step-00000.jsonl", "step-00002.jsonl"]
+    assert all(len(p.read_text().splitlines()) == 4 for p in saved)  # eval.num_episodes=4
     # the tokens and logprobs the trainer scores are vLLM's: the PPO ratio starts at 1
     # (a step whose groups all tie has no update and no ratio; the SFT start avoids that)
     ratios = [r["actor/ratio_max"] for r in steps if "actor/ratio_max" in r]

@@ -158,3 +158,24 @@ def test_one_name_for_the_success_bounds():
     assert not any("ci" in k for k in stats)
     ev = summarize_eval([{"episodes": 6.0, "wins": 2.0}])
     assert (ev["success_lo"], ev["success_hi"]) == wilson_interval(2, 6)
+
+
+def test_every_engine_evaluates_through_the_one_call(tiny, monkeypatch):
+    """The vLLM engine lost `eval.save_episodes` when it had its own copy of the call; now
+    it is a `LocalEngine` with another generation backend, so its evaluation is the local
+    one by construction. Checked without vLLM: its backend is swapped for the HF one."""
+    from arborl.train.engine import LocalEngine
+    from arborl.train.vllm_engine import VLLMEngine
+
+    for method in ("rollout", "evaluate", "update", "save", "load"):
+        assert getattr(VLLMEngine, method) is getattr(LocalEngine, method), method
+    cfg = maze_cfg(save_episodes=3, num_episodes=5)
+    cfg = replace(cfg, model=replace(cfg.model, name_or_path="tiny-0.1m"))
+    engine = VLLMEngine(cfg)
+    monkeypatch.setattr(engine, "generation_backend", lambda: tiny[0])
+    try:
+        ev = engine.evaluate()
+    finally:
+        engine.close()
+    assert ev["episodes"] == 5.0 and len(ev["sample"]) == 3
+    assert engine.sync_weights() == {"weights/version": 1.0, "weights/reload_s": 0.0}
