@@ -45,10 +45,11 @@ def _run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="SFT warm start + RL (PPO/GRPO/RLOO/REINFORCE++/GiGPO) with held-out evaluation",
-        description="Train an agent. Overrides are key=value (trainer.total_steps=10), and "
-        "group=name selects configs/<group>/<name>.yaml (algo=gigpo, env=sokoban). "
-        "`arborl config docs` lists every key.",
+        help="SFT warm start + RL (any registered algorithm) with held-out evaluation",
+        description="Train an agent. Overrides are key=value (trainer.total_steps=10); "
+        "algo=NAME selects a registered algorithm with its defaults (algo=gigpo) and "
+        "env=NAME selects configs/env/NAME.yaml (env=sokoban). `arborl config docs` lists "
+        "every key and the names each registry holds.",
     )
     p.add_argument("overrides", nargs="*", help="key=value overrides or group=name selections")
     p.add_argument("--config", action="append", help="a YAML config file (repeatable)")
