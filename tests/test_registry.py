@@ -4,6 +4,7 @@ did-you-mean errors, entry-point errors and the `error=` base class."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -102,3 +103,24 @@ def test_error_base_class_and_custom_message():
     assert isinstance(e.value, KeyError)  # still an UnknownNameError
     assert isinstance(e.value, UnknownNameError)
     assert str(e.value).startswith("quality.scorer='retrun' is not known; use one of return.")
+
+
+def test_entry_point_group_names_are_found_lazily(tmp_path, monkeypatch):
+    """A registry with `entry_point_group` lists an installed plug-in's names and imports
+    one only when it is asked for (a dist-info folder on the path, as pip writes it)."""
+    from arborl.registry import Registry
+
+    (tmp_path / "ep_plugin_mod.py").write_text("LOADED = True\nTHING = 'thing'\n")
+    info = tmp_path / "ep_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[arborl.test_things]\nthing = ep_plugin_mod:THING\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("test.thing", entry_point_group="arborl.test_things")
+    reg.register("builtin", "x")
+    assert reg.names() == ["builtin", "thing"] and "thing" in reg and reg.accepts("thing")
+    assert "ep_plugin_mod" not in sys.modules  # listed, not imported
+    assert reg.get("thing") == "thing" and "ep_plugin_mod" in sys.modules
+    assert not reg.accepts("other:thing")  # module:attr only with allow_entry_points
+    assert Registry("t", allow_entry_points=True).accepts("other:thing")
+    sys.modules.pop("ep_plugin_mod", None)
