@@ -298,6 +298,12 @@ class RLTrainer:
         )
         return ev
 
+    def _evaluation_record(self, num_episodes: int | None = None) -> dict[str, float]:
+        """`evaluate`, its success added to the run's evaluation history at this step."""
+        ev = self.evaluate(num_episodes)
+        self.history["eval"].append((self.step, ev["success"]))
+        return ev
+
     def write_report(self, baselines: bool = True) -> None:
         """(Re)write `report.html` from what the run dir holds now (`trainer.report`);
         `baselines`: compute the random/oracle lines if not cached yet."""
@@ -377,17 +383,12 @@ class RLTrainer:
             logger.rewind(self.step)
             logger.bar.update(self.step)
         else:
-            before = self.evaluate()
+            before = self._evaluation_record()
+            logger.log(0, {f"eval/{k}": v for k, v in before.items()})
             self.history["before"] = before
             self.history["before_outcomes"] = self.last_outcomes
-            log.info(
-                "before RL: success %.3f [%.3f, %.3f]",
-                before["success"],
-                before["success_lo"],
-                before["success_hi"],
-            )
-            logger.log(0, {f"eval/{k}": v for k, v in before.items()})
-            self.history["eval"].append((0, before["success"]))
+            log.info("before RL: success %.3f [%.3f, %.3f]",
+                     before["success"], before["success_lo"], before["success_hi"])  # fmt: skip
             self.write_report()
         while self.step < c.trainer.total_steps:
             if c.trainer.max_env_steps and self.env_steps >= c.trainer.max_env_steps:
@@ -396,9 +397,8 @@ class RLTrainer:
             self.step += 1
             self.history["train"].append((self.step, metrics["train/success"]))
             if c.eval.every and self.step % c.eval.every == 0 and self.step < c.trainer.total_steps:
-                ev = self.evaluate(c.eval.every_episodes)
+                ev = self._evaluation_record(c.eval.every_episodes)
                 metrics.update({f"eval/{k}": v for k, v in ev.items()})
-                self.history["eval"].append((self.step, ev["success"]))
             logger.log(self.step, metrics, advance=1)
             if "eval/success" in metrics:
                 self.write_report()
@@ -406,9 +406,7 @@ class RLTrainer:
                 self.save()
         if self.saved_step != self.step:  # the final step is saved once
             self.save()
-        after = self.evaluate()
-        self.history["after"] = after
-        self.history["eval"].append((self.step, after["success"]))
+        after = self.history["after"] = self._evaluation_record()
         logger.log(self.step, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
             "before": self.history.get("before"),
