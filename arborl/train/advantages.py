@@ -8,7 +8,8 @@ section defaults that `algo=NAME` selects. Levels:
 
 - "episode": one score per *trajectory* (its summed reward) with the trajectory's group
   id; the (n_traj,) result is broadcast back to the trajectory's step rows (grpo, drgrpo,
-  rloo, reinforce_pp, reinforce_pp_baseline). `episode_algorithm` registers one.
+  rloo, reinforce_pp, reinforce_pp_baseline; raft keeps the won episodes with advantage 1:
+  supervised learning on the batch's successes). `episode_algorithm` registers one.
 - "step": step rows with trajectory, step, group ids and anchors (gigpo).
 - "token": per-step GAE over the critic's values, laid out as (num_traj, max_steps) (ppo).
 
@@ -130,6 +131,21 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
     return torch.as_tensor(counts[inverse], dtype=torch.float32)
 
 
+def informative_groups(batch: Batch, rewards: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(R,) mask of the rows whose task group has episodes of different returns, and the
+    share of groups dropped. Returns count as equal up to float rounding at their own
+    scale (a few ulps of float64), as the group estimators treat them."""
+    scores, groups, inverse = trajectory_scores(batch, rewards)
+    index = np.unique(groups.astype(str), return_inverse=True)[1]
+    n = int(index.max()) + 1
+    idx = torch.as_tensor(index)
+    hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amax")
+    lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amin")
+    tol = 8 * torch.finfo(torch.float64).eps * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    mixed = (hi - lo) > tol  # (G,)
+    return mixed[idx][torch.as_tensor(inverse)], float(1.0 - mixed.double().mean())
+
+
 def compute_advantages(
     batch: Batch, rewards: torch.Tensor, algo, values: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
@@ -176,6 +192,23 @@ episode_algorithm("drgrpo", lambda s, g, algo: algos.drgrpo(s, g), defaults={"no
 episode_algorithm("rloo", lambda s, g, algo: algos.rloo(s, g))
 episode_algorithm("reinforce_pp", lambda s, g, algo: algos.reinforce_pp(s))
 episode_algorithm("reinforce_pp_baseline", lambda s, g, algo: algos.reinforce_pp_baseline(s, g))
+
+
+def _raft_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+    """RAFT / rejection-sampling fine-tuning ("iterated action modeling"): every step of a
+    won episode gets advantage 1, every other step 0 (dropped by `algo.drop_zero_adv`), so
+    the policy-gradient step is supervised learning on the batch's successes."""
+    won = batch.tensors["won"].bool() & torch.as_tensor(batch.meta["done"].astype(bool))
+    inverse, _, n = _traj_layout(batch)
+    inv = torch.as_tensor(inverse)
+    traj_won = torch.zeros(n).index_add_(0, inv, won.float()) > 0  # (n_traj,)
+    adv = traj_won[inv].float()
+    return adv, None, {"raft/episodes_kept": float(traj_won.double().mean())}
+
+
+register_algorithm(
+    Algorithm("raft", "episode", _raft_rows, defaults={"drop_zero_adv": True, "norm_by_std": False})
+)
 
 
 def _gigpo_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):

@@ -106,7 +106,8 @@ class AlgoConfig:
 
     name: str = field(default="grpo", metadata={"registry": "arborl.train.advantages:ALGORITHMS"})
     """The algorithm (its advantage estimator): ppo (GAE with a critic), a critic-free group
-    estimator (grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline) or gigpo; any name
+    estimator (grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline), gigpo, or raft
+    (supervised updates on each batch's won episodes, the robust baseline); any name
     registered in `arborl.train.advantages.ALGORITHMS` (plug-ins: an `arborl.algorithms`
     entry point, or `pkg.module:record`). `algo=NAME` also applies the algorithm's
     defaults."""
@@ -170,6 +171,11 @@ class AlgoConfig:
     """LR decay after warm-up."""
     drop_zero_adv: bool = True
     """Skip rows whose advantage is ~0 (no learning signal) in the update."""
+    filter_groups: bool = False
+    """Drop every task group whose episodes all got the same return before the
+    advantages (DAPO's dynamic-sampling filter; their group baseline gives no signal, and
+    batch-normalising estimators would give them one): the share dropped is logged as
+    `rollout/groups_filtered`."""
 
 
 @dataclass

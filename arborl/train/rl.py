@@ -34,7 +34,12 @@ from arborl.data.tasks import read_task_seeds, sample_task_seeds
 from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
 from arborl.rollout import draw_seeds
-from arborl.train.advantages import compute_advantages, episode_lengths, get_algorithm
+from arborl.train.advantages import (
+    compute_advantages,
+    episode_lengths,
+    get_algorithm,
+    informative_groups,
+)
 from arborl.train.build import build_kl_controller
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
@@ -191,7 +196,7 @@ class RLTrainer:
         batch, trajectories, num_errors = drop_env_errors(out.batch, out.trajectories)
         self._count_env_errors(num_errors)
         temperature = plan.rollout.temperature
-        train, metrics = self._advantages(batch, trajectories, temperature, timer)
+        batch, train, metrics = self._advantages(batch, trajectories, temperature, timer)
         metrics["rollout/env_errors"] = float(num_errors)
         with timer.phase("update"):
             if len(train):
@@ -224,15 +229,22 @@ class RLTrainer:
 
     def _advantages(self, batch, trajectories, temperature: float, timer: PhaseTimer):
         """Rewards, reference log-probs, values and advantages of the step's rows, each
-        phase timed; the rows to train on and the metrics (nothing to score when every
-        episode failed)."""
+        phase timed: the rows kept (`algo.filter_groups`), those to train on, and the
+        metrics (nothing to score when every episode failed)."""
         c = self.cfg
         if not len(batch):
-            return batch, {"train/rows_with_signal": 0.0}
+            return batch, batch, {"train/rows_with_signal": 0.0}
         with timer.phase("rewards"):
             rewards, metrics = batch_rewards(
                 batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
             )
+        diag = group_diagnostics(batch)  # of the whole rollout, before any filter
+        if c.algo.filter_groups:  # DAPO-style: all-equal groups carry no group signal
+            keep, filtered = informative_groups(batch, rewards)
+            metrics["rollout/groups_filtered"] = filtered
+            batch, rewards = batch[keep], rewards[keep]
+            if not len(batch):
+                return batch, batch, {**metrics, **diag, "train/rows_with_signal": 0.0}
         values = None
         if c.algo.kl_coef > 0 or self.algorithm.needs_reference:
             with timer.phase("ref_logp"):
@@ -242,8 +254,7 @@ class RLTrainer:
                 values = self.engine.values(batch)
         with timer.phase("advantages"):
             train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
-            diag = group_diagnostics(batch)
-        return train, {**metrics, **adv_metrics, **diag}
+        return batch, train, {**metrics, **adv_metrics, **diag}
 
     def _count_env_errors(self, num_errors: int) -> None:
         if not num_errors:

@@ -20,7 +20,7 @@ import torch
 from arborl import algos
 from arborl.data import Batch
 from arborl.train.advantages import compute_advantages, episode_lengths
-from arborl.train.config import AlgoConfig
+from arborl.train.config import AlgoConfig, load_train_config
 
 
 def _batch(truncated=(False,) * 5) -> tuple[Batch, torch.Tensor]:
@@ -205,3 +205,25 @@ def test_registry_backed_fields_name_the_registry_and_suggest():
         load_train_config(["trainer.backend=ray"])
     with pytest.raises(ConfigError, match="renamed; set ray.num_train_ranks"):
         load_train_config(["trainer.num_train_ranks=2"])
+
+
+def test_raft_keeps_the_won_episodes_with_advantage_one():
+    b, r = _batch()
+    # won episodes: a (its last row, 2) and c (row 3); b and d lost
+    b["won"] = torch.tensor([False, False, True, True, False])
+    adv, ret, stats = compute_advantages(b, r, load_train_config(["algo=raft"]).algo)
+    assert ret is None and adv.tolist() == [1.0, 0.0, 1.0, 1.0, 0.0]  # both rows of a
+    assert stats["raft/episodes_kept"] == 0.5
+
+
+def test_informative_groups_drop_equal_returns_at_their_own_scale():
+    from arborl.train.advantages import informative_groups
+
+    b, r = _batch()  # g0: returns a=1, b=0 (mixed); g1: c = d = 2 (equal)
+    keep, dropped = informative_groups(b, r)
+    assert keep.tolist() == [True, True, True, False, False] and dropped == 0.5
+    # 1.0 summed in another order (0.1 x 10 vs 1.0) is still "equal": not informative
+    r2 = torch.tensor([0.0, 0.0, 1.0, 2.0, 2.0], dtype=torch.float64)
+    r2[3] = sum([0.2] * 10)  # 2.0000000000000004
+    keep, dropped = informative_groups(b, r2)
+    assert keep.tolist() == [True, True, True, False, False]
