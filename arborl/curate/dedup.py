@@ -1,7 +1,7 @@
 """Exact and near-duplicate removal, and near-duplicate clustering for leak-free splits.
 
-Exact duplicates are found by hashing normalised text (case folded, whitespace
-collapsed). Near duplicates use MinHash signatures of character shingles, computed for all
+Exact duplicates are found by hashing normalised text (`minhash.normalize`: invisible
+characters removed, NFKC, case folded, whitespace collapsed). Near duplicates use MinHash signatures of character shingles, computed for all
 rows at once (`arborl.curate.minhash`), and LSH bands: rows that share a band are the
 candidates, so finding them costs a few dict lookups per row instead of all pairs. The
 bands are chosen loosely (they propose extra candidates rather than miss pairs); a

@@ -19,7 +19,11 @@ sort.
 
 from __future__ import annotations
 
+import re
+import sys
+import unicodedata
 from collections.abc import Sequence
+from functools import lru_cache
 from itertools import count
 
 import numpy as np
@@ -34,9 +38,59 @@ _BLOCK = 1 << 14
 """Grams hashed per numpy pass: small enough that the temporaries stay in cache."""
 
 
+_IGNORABLE_NOT_CF = (0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F,
+                     0x3164, *range(0xFE00, 0xFE10), 0xFFA0, *range(0xE0100, 0xE01F0))  # fmt: skip
+"""Default-ignorable characters outside category Cf (Unicode's DerivedCoreProperties):
+the combining grapheme joiner, Hangul fillers, Khmer inherent vowels and the variation
+selectors, as invisible in text as the format characters are."""
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+@lru_cache(maxsize=1)
+def _invisible() -> tuple[re.Pattern, re.Pattern]:
+    """(BMP, astral) character classes of every format character (category Cf: zero-width
+    spaces and joiners, soft hyphen, bidi marks, BOM, tags) and every other default-
+    ignorable one. Two classes because a class of BMP ranges is a bitmap (~60 MB/s) while
+    astral ranges are tested one by one (8x slower), so texts without an astral character,
+    nearly all of them, skip the second."""
+    cps = [c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    runs: list[list[int]] = []
+    for c in sorted({*cps, *_IGNORABLE_NOT_CF}):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+
+    def cls(rs: list[list[int]]) -> re.Pattern:
+        return re.compile(
+            "[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in rs) + "]"
+        )
+
+    return cls([r for r in runs if r[0] < 0x10000]), cls([r for r in runs if r[0] >= 0x10000])
+
+
+def strip_invisible(text: str) -> str:
+    """`text` without format (Cf) or other default-ignorable characters."""
+    bmp, astral = _invisible()
+    text = bmp.sub("", text)
+    return astral.sub("", text) if _ASTRAL.search(text) else text
+
+
 def normalize(text: str) -> str:
-    """Case folded, whitespace runs collapsed to one space, stripped (`str.split` splits
-    on exactly the characters regex `\\s` matches, and is several times faster)."""
+    """The text that dedup and the leak check compare: invisible characters removed (see
+    `_invisible`), NFKC (so NFD accents, fullwidth forms, ligatures and compatibility
+    spaces read as their plain forms), case folded, whitespace runs collapsed to one space
+    and stripped. The same task written in any of those forms normalises to one text.
+
+    Invisible characters go first, so an accent split from its letter by one composes;
+    NFKC runs again after case folding, which can undo it (Unicode's NFKC_Casefold).
+    ASCII text takes the short path: NFKC leaves it as it is and it has no Cf character.
+    (`str.split` splits on exactly the characters regex `\\s` matches, and is several
+    times faster.)"""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", strip_invisible(text))
+        text = unicodedata.normalize("NFKC", text.casefold())
+        return " ".join(strip_invisible(text).split())
     return " ".join(text.casefold().split())
 
 

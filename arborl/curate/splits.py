@@ -17,6 +17,7 @@ import numpy as np
 
 from arborl.curate.config import SplitConfig
 from arborl.curate.dedup import Signers, near_clusters
+from arborl.curate.minhash import normalize
 from arborl.curate.records import Record
 
 
@@ -35,15 +36,18 @@ class _UnionFind:
 
 
 def own_instructions(records: list[Record], preamble_min_tasks: int = 5) -> list[str]:
-    """Each row's instruction, or "" where it is a preamble: an instruction that rows of
-    at least `preamble_min_tasks` different tasks share word for word (every Maze task has
-    the same one). Two or three ids under one instruction are more likely a leak."""
+    """Each row's instruction, normalised as dedup compares text (`normalize`: one task
+    written in NFD, fullwidth or with zero-width spaces is one instruction), or "" where it
+    is a preamble: an instruction that rows of at least `preamble_min_tasks` different
+    tasks share word for word (every Maze task has the same one). Two or three ids under
+    one instruction are more likely a leak."""
+    norm = {i: normalize(i) for i in {r.traj.instruction for r in records}}
     tasks_of: dict[str, set] = defaultdict(set)
     for r in records:
-        tasks_of[r.traj.instruction.strip()].add(r.task_key)
+        tasks_of[norm[r.traj.instruction]].add(r.task_key)
     out = []
     for r in records:
-        instr = r.traj.instruction.strip()
+        instr = norm[r.traj.instruction]
         out.append(instr if len(tasks_of[instr]) < preamble_min_tasks else "")
     return out
 

@@ -4,6 +4,7 @@ near-duplicate pairs are found whatever their place in the input."""
 from arborl.curate import DedupConfig, Record
 from arborl.curate.dedup import exact_dedup, near_clusters, near_dedup
 from arborl.data import Step, Trajectory
+from tests.curate.conftest import UNICODE_FORMS
 
 TEXT = ("the quick brown fox jumps over the lazy dog near the river bank while the farmer "
         "watches from the old wooden fence and the sun slowly sets behind the hills")  # fmt: skip
@@ -46,3 +47,12 @@ def test_near_clusters_pairs():
     texts = [TEXT, "something else entirely, not like the others at all", TEXT + " again"]
     pairs = near_clusters(texts, 0.8)
     assert [(i, j) for i, j, _ in pairs] == [(0, 2)]
+
+
+def test_unicode_forms_of_one_episode_are_exact_and_near_duplicates():
+    text = "Réponds en français : combien font 12 plus 30 ? Écris le nombre seul, s'il te plaît"
+    recs = [_rec(i, form(text)) for i, form in enumerate(UNICODE_FORMS.values())]
+    kept, dropped = exact_dedup(recs, DedupConfig())
+    assert kept == recs[:1] and len(dropped) == len(UNICODE_FORMS) - 1
+    kept, dropped = near_dedup(recs, DedupConfig(threshold=0.95))
+    assert kept == recs[:1] and len(dropped) == len(UNICODE_FORMS) - 1

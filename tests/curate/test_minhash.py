@@ -4,6 +4,8 @@ exactly the pairs an all-pairs exact comparison finds."""
 
 import itertools
 import random
+import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from arborl.curate import DedupConfig, Record
 from arborl.curate import minhash as mh
 from arborl.curate.dedup import candidate_bands, near_clusters, near_dedup
 from arborl.data import Step, Trajectory
+from tests.curate.conftest import UNICODE_FORMS
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -28,7 +31,7 @@ def reference_signature(text: str, num_perm: int, size: int, seed: int) -> list[
     an empty bin j takes the value of bin splitmix(key ^ (j + t * 2**32)) % num_perm for the
     first try t = 0, 1, ... that lands on a filled bin."""
     key = _splitmix((seed * GOLDEN + 0x632BE59BD9B4E019) & M64)
-    t = " ".join(text.casefold().split())
+    t = mh.normalize(text)  # the hashing is under test here, not the normalisation
     grams = [t] if len(t) <= size else [t[i : i + size] for i in range(len(t) - size + 1)]
     bins: list[int | None] = [None] * num_perm
     for g in grams:
@@ -159,3 +162,40 @@ def test_near_dedup_equals_greedy_all_pairs():
             expect_kept.append(r)
     assert {id(r) for r in kept} == {id(r) for r in expect_kept}
     assert len(dropped) == len(recs) - len(kept) > 10
+
+
+UNICODE_TEXT = "Café puzzle 7: compute 12 plus 30 and answer with the first number, résumé style"
+
+
+@pytest.mark.parametrize("form", UNICODE_FORMS)
+def test_unicode_forms_of_a_text_normalise_and_sign_as_the_plain_text(form):
+    variant = UNICODE_FORMS[form](UNICODE_TEXT)
+    assert variant != UNICODE_TEXT or form == "plain"
+    assert mh.normalize(variant) == mh.normalize(UNICODE_TEXT)
+    signer = mh.Signer(64, 5, 0)
+    assert (signer.sign([variant]) == signer.sign([UNICODE_TEXT])).all()  # Jaccard 1
+
+
+def test_normalize_drops_every_invisible_character_and_is_a_fixed_point():
+    cf = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    assert len(cf) > 150  # Unicode 14: 163 format characters
+    others = ["\u034f", "\u3164", "\ufe0f", "\U000e0101"]  # CGJ, Hangul filler, VS16, VS18
+    for c in cf + others:
+        assert mh.normalize(f"ab{c}cd") == "abcd", hex(ord(c))
+    # an accent split from its letter by an invisible character still composes with it
+    assert mh.normalize("e\u200b\u0301") == mh.normalize("\u00e9") == "\u00e9"
+    # NFKC_Casefold: case folding can leave text that NFKC changes again (U+0345 -> iota)
+    assert mh.normalize("\u1f80") == mh.normalize("\u1f08\u0345") == "\u1f00\u03b9"
+    rng = random.Random(0)
+    pool = [chr(c) for c in range(0x20, 0x3000)] + cf + others + ["\ufb01", "\uff21", "\u3000"]
+    for _ in range(2000):
+        t = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 12)))
+        n = mh.normalize(t)
+        assert mh.normalize(n) == n, repr(t)
+
+
+def test_normalize_keeps_different_text_different():
+    # NFKC keeps accents (café is not cafe) and different words; only invisibles, width,
+    # composition, case and spacing are folded
+    texts = ["café", "cafe", "cafè", "naïve", "naive", "10", "1 0", "½", "1/2", "ß", "s"]
+    assert len({mh.normalize(t) for t in texts}) == len(texts)  # "½" is "1⁄2" (U+2044), "ß" "ss"

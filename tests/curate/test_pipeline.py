@@ -13,6 +13,7 @@ from arborl.cli.main import main
 from arborl.curate import load_curate_config
 from arborl.data import read_trajectories
 from arborl.data.tasks import read_task_seeds
+from tests.curate.conftest import UNICODE_FORMS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/curate/default.yaml"
@@ -147,3 +148,33 @@ def test_bad_config_and_arguments(tmp_path, capsys):
     assert "neither a .yaml config file nor key=value" in capsys.readouterr().err
     assert main(["curate", "sources=[{path: no/such/*.jsonl}]", f"output_dir={tmp_path}"]) == 1
     assert "matches no file" in capsys.readouterr().err
+
+
+def test_unicode_forms_of_a_task_never_straddle_train_and_test(tmp_path):
+    """The review's reproducer, through the CLI: tasks written plain, NFD, fullwidth, with
+    zero-width spaces, ... each under its own id; no task may end up in two splits."""
+    rows = []
+    for i in range(10):
+        q = f"Café puzzle {i}: compute {10 + i} plus {40 - i} and answer with the number only"
+        for name, form in UNICODE_FORMS.items():
+            rows.append({"id": f"{name}-{i}", "metadata": {"won": True},
+                         "messages": [{"role": "system", "content": "Answer arithmetic."},
+                                      {"role": "user", "content": form(q)},
+                                      {"role": "assistant", "content": "50"}]})  # fmt: skip
+    (tmp_path / "uni.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))
+    (tmp_path / "uni.yaml").write_text(
+        f"sources: [{{path: {tmp_path / 'uni.jsonl'}, domain: math}}]\n"
+        "dedup: {exact: false, near: false}\n"  # keep every form: the split must group them
+        "split: {ratios: {train: 0.5, test: 0.5}, text_check: prompt, threshold: 0.8}\n"
+        "export: {kinds: [trajectories]}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["curate", str(tmp_path / "uni.yaml"), "--out", str(out)]) == 0
+    splits_of: dict[int, set[str]] = {}
+    for split in ("train", "test"):
+        for t in read_trajectories(out / split / "trajectories.jsonl"):
+            splits_of.setdefault(int(t.task_id.rsplit("-", 1)[1]), set()).add(split)
+    assert sorted(splits_of) == list(range(10))
+    assert [i for i, s in splits_of.items() if len(s) > 1] == []
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["leak_check"]["near_dup_overlaps"] == 0

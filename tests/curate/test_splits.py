@@ -4,9 +4,12 @@ the independent leak check catches planted leaks."""
 import random
 from collections import Counter
 
+import pytest
+
 from arborl.curate import Record, SplitConfig
 from arborl.curate.splits import assign_splits, check_leaks, input_leaks
 from arborl.data import Step, Trajectory
+from tests.curate.conftest import UNICODE_FORMS
 
 WORDS = ("apple banana cherry dolphin eagle falcon guitar harbor island jungle kettle lemon "
          "mango needle orange pepper quartz rocket saddle tiger umbrella violin walrus xylophone "
@@ -94,3 +97,49 @@ def test_a_rare_shared_instruction_is_task_text_not_preamble():
     report = check_leaks(recs, SplitConfig())
     assert report["near_dup_overlaps"] == 1 and report["near_dup_examples"][0].endswith(
         "(same instruction)")  # fmt: skip
+
+
+def _unicode_task_rows(n_tasks: int, shuffle: bool = True) -> list[Record]:
+    """`n_tasks` tasks, each written in every one of UNICODE_FORMS under its own task id
+    (as rows scraped from several places arrive), plain form first or shuffled."""
+    recs = []
+    for i in range(n_tasks):
+        text = f"Café puzzle {i}: {_task_text(i)}, résumé style"
+        for name, form in UNICODE_FORMS.items():
+            t = Trajectory(f"{name}-{i}", "math", instruction="Answer arithmetic.",
+                           steps=[Step(form(text), "42")], meta={"task": i})  # fmt: skip
+            recs.append(Record(t, "f", len(recs) + 1, "math"))
+    if shuffle:
+        random.Random(0).shuffle(recs)
+    return recs
+
+
+def test_unicode_forms_of_a_task_stay_in_one_split():
+    recs = _unicode_task_rows(12)
+    cfg = SplitConfig(ratios={"train": 0.5, "test": 0.5}, seed=0)
+    assign_splits(recs, cfg)
+    splits_of = {}
+    for r in recs:
+        splits_of.setdefault(r.traj.meta["task"], set()).add(r.split)
+    assert all(len(s) == 1 for s in splits_of.values()), splits_of
+    assert Counter(r.split for r in recs) == {"train": 36, "test": 36}  # 6 tasks x 6 forms each
+    assert check_leaks(recs, cfg)["near_dup_overlaps"] == 0
+
+
+@pytest.mark.parametrize("mode", ["prompt", "instruction"])
+def test_check_leaks_sees_a_task_in_two_unicode_forms(mode):
+    recs = _unicode_task_rows(3, shuffle=False)
+    for r in recs:
+        r.split = "train" if r.traj.task_id.startswith("plain") else "test"
+        if mode == "instruction":  # the task lives in the instruction, the step is shared
+            r.traj.instruction, r.traj.steps[0].observation = r.traj.steps[0].observation, "go"
+    # 6 ids under one instruction would read as a preamble (5 by default) and be skipped
+    cfg = SplitConfig(text_check=mode, preamble_min_tasks=len(UNICODE_FORMS) + 1)
+    report = check_leaks(recs, cfg)
+    assert report["task_id_overlaps"] == 0  # every row has its own id: only the text tells
+    # each plain row is in train, its 5 other forms in test: 5 near-duplicate links per task,
+    # and in instruction mode 5 more: the instructions are one text once normalised, and
+    # each form is compared with the task's first row, its plain one
+    assert report["near_dup_overlaps"] == 3 * (len(UNICODE_FORMS) - 1) * (
+        1 + (mode == "instruction")
+    )
