@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,37 @@ HERE = Path(__file__).parent
 PLOTLY = HERE / "vendor" / "plotly-basic.min.js"
 
 
+_SCRIPT_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+"""Characters written as JSON escapes in the data block. In a <script> element the HTML
+tokenizer reacts to `</script` (ends it) and to `<!--` followed by `<script` (the "double
+escaped" state, where the block's own `</script>` no longer ends it and the block swallows
+the scripts after it), so no `<` may reach it raw; `>` and `&` go too, as in Go's
+html/template and Django's json_script. U+2028/2029 end a line in older JavaScript. These
+characters occur only inside JSON strings, where the escape reads back as the same text."""
+
+
+def _finite_or_name(obj: Any) -> Any:
+    """`obj` with every non-finite float replaced by its JavaScript name ("NaN",
+    "Infinity", "-Infinity"): JSON has no such number, and `JSON.parse` rejects the bare
+    `NaN` Python writes. The page shows the name (`fmt` prints `+x`), and Plotly leaves a
+    gap for a name where it wants a number."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: _finite_or_name(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_or_name(v) for v in obj]
+    return obj
+
+
 def _script_json(obj: Any) -> str:
-    """JSON safe inside a <script> element (no `</script>` can end it early)."""
-    return json.dumps(obj).replace("</", "<\\/")
+    """JSON that an HTML <script> element holds intact and `JSON.parse` reads back as
+    `obj`, for any strings and floats in it (see `_SCRIPT_ESCAPES`, `_finite_or_name`)."""
+    return json.dumps(_finite_or_name(obj), allow_nan=False).translate(_SCRIPT_ESCAPES)
 
 
 def runs_table(runs: list[RunData]) -> str:

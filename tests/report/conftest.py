@@ -96,3 +96,40 @@ def runs(tmp_path) -> tuple[Path, Path]:
 def run_factory():
     """`make_run(root, name, ...)` (see above)."""
     return make_run
+
+
+HOSTILE_TEXT = {
+    # `<!--` then `<script` puts the tokenizer in "script data double escaped": the data
+    # block's own </script> would no longer close it. The two halves may sit in different
+    # strings, as they do here (an observation and a later instruction).
+    "observation": "<!-- unclosed comment in a page the env scraped",
+    "instruction": "<script type=x> & <img src=x onerror=alert(1)> & ]]> &amp;",
+    "action": "</script><script>alert('action')</script>",
+    "response": "line\u2028separator\u2029paragraph <!--<script </SCRIPT >",
+}
+"""Episode text that broke (or could break) the report's inlined data block."""
+
+
+def make_hostile_run(root: Path, name: str = "hostile") -> Path:
+    """`make_run` with `HOSTILE_TEXT` in its first held-out episode, a NaN step reward, an
+    Infinity return, a -Infinity return, and NaN / Infinity metric values (metrics.jsonl
+    and the trajectories hold them as the bare tokens Python's json writes)."""
+    run = make_run(root, name, 2)
+    ev = run / "eval_episodes" / "step-00000.jsonl"
+    eps = [json.loads(x) for x in ev.read_text().splitlines()]
+    eps[0]["instruction"] = HOSTILE_TEXT["instruction"]
+    eps[0]["steps"][0].update(
+        observation=HOSTILE_TEXT["observation"],
+        action=HOSTILE_TEXT["action"],
+        response=HOSTILE_TEXT["response"],
+        reward=float("nan"),
+    )
+    eps[0]["total_return"] = float("inf")
+    eps[1]["total_return"] = float("-inf")
+    ev.write_text("".join(json.dumps(e) + "\n" for e in eps))
+    metrics = run / "metrics.jsonl"
+    recs = [json.loads(x) for x in metrics.read_text().splitlines()]
+    recs[1]["reward/env"], recs[2]["adv/std"] = float("nan"), float("inf")
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert "NaN" in ev.read_text() and "Infinity" in metrics.read_text()
+    return run

@@ -119,3 +119,30 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
     shot = tmp_path / "report.png"
     assert browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_hostile_text_and_non_finite_numbers_render_in_chromium(browser, tmp_path) -> None:
+    """The review's blank pages: `<!--` ... `<script` in episode text and NaN / Infinity in
+    a trajectory each left the page without charts or episodes."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from arborl.report import write_report
+    from tests.report.conftest import HOSTILE_TEXT, make_hostile_run
+
+    out = write_report([make_hostile_run(tmp_path)])
+    browser.get(out.resolve().as_uri())
+    WebDriverWait(browser, 30).until(
+        lambda d: d.execute_script("return document.body.dataset.ready")
+    )
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert _count(browser, "script") == 3  # the data block swallowed none of the scripts
+    data = browser.execute_script("return JSON.parse(document.getElementById('report-data').text)")
+    assert _count(browser, ".chart.js-plotly-plot") == len(data["charts"]) > 5
+    assert _count(browser, "#episode-list details.episode") == 9  # 4 + 4 held-out, 1 training
+    hostile = browser.find_element("css selector", "#episode-list details.episode")
+    browser.execute_script("arguments[0].open = true", hostile)
+    assert "return Infinity" in hostile.find_element("tag name", "summary").text
+    cells = [c.get_attribute("textContent") for c in hostile.find_elements("css selector", "td")]
+    assert HOSTILE_TEXT["observation"] in cells and HOSTILE_TEXT["action"] in cells
+    assert HOSTILE_TEXT["response"] in cells and "NaN" in cells  # the reward, by name
+    assert hostile.find_element("css selector", "p.instr").text == HOSTILE_TEXT["instruction"]

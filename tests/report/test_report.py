@@ -8,6 +8,7 @@ import yaml
 
 from arborl.cli.main import main
 from arborl.report import write_report
+from tests.report.conftest import HOSTILE_TEXT, make_hostile_run
 
 
 def _data(html: str) -> dict:
@@ -72,3 +73,38 @@ def test_a_long_run_stays_small(tmp_path, run_factory) -> None:
     charts = _data(html)["charts"]
     assert max(len(t["x"]) for c in charts for t in c["traces"]) == 300  # thinned from 5000
     assert len(html) < 1_200_000 + 600_000  # Plotly (1.2 MB) + data
+
+
+def _strict_json(text: str):
+    """`json.loads` as strict as `JSON.parse`: NaN, Infinity and -Infinity are errors."""
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON (JSON.parse rejects it)")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_any_text_and_any_float_reach_the_page_intact(tmp_path) -> None:
+    run = make_hostile_run(tmp_path)
+    html = write_report([run]).read_text()
+    start = html.index('<script type="application/json" id="report-data">')
+    block = html[html.index(">", start) + 1 : html.index("</script>", start)]
+    # no `<` at all, so no tokenizer state (comment, double escape, end tag) can start
+    # inside the block: it ends at its own </script> and the two scripts after it run
+    assert not set(block) & set("<>&\u2028\u2029")
+    assert html[start:].count("<script") == 3
+    data = _strict_json(block)
+    ep = next(e for e in data["episodes"] if e["instruction"] == HOSTILE_TEXT["instruction"])
+    turn = ep["turns"][0]
+    assert (turn["obs"], turn["action"], turn["response"]) == (
+        HOSTILE_TEXT["observation"],
+        HOSTILE_TEXT["action"],
+        HOSTILE_TEXT["response"],
+    )
+    assert turn["reward"] == "NaN" and ep["return"] == "Infinity"  # shown by name
+    assert [e["return"] for e in data["episodes"][:2]] == ["Infinity", "-Infinity"]
+    env = next(c for c in data["charts"] if c["id"] == "m-reward-components-(per-episode)")
+    ys = next(t["y"] for t in env["traces"] if t["name"] == "reward/env")
+    assert ys == ["NaN", 0.2]  # steps 1, 2: the NaN is a named gap, the rest untouched
+    std = next(c for c in data["charts"] if c["id"] == "m-adv-std")
+    assert std["traces"][0]["y"] == [0.5, "Infinity"]
