@@ -9,7 +9,9 @@ inactive) until the next `reset`, so the rollout loop owns episode boundaries.
 
 `Pool` is what the rollout loop and searches may rely on, whatever the transport:
 `EnvPool` here and `RemotePool` (`arborl.envs.remote.base`, for the subprocess, Ray and
-HTTP modes) both satisfy it, so `make_pool` can hand back either.
+HTTP modes) both satisfy it, so `make_pool` can hand back either. What they must do alike
+is written once, here: `PoolBookkeeping` (done flags, groups, `len` and `pool[i]`),
+`check_reset_args` and `actions_to_step` (the rules `reset` and `step` check).
 """
 
 from __future__ import annotations
@@ -87,7 +89,71 @@ def actions_to_step(
     return todo
 
 
-class EnvPool:
+def check_reset_args(
+    num_envs: int,
+    seeds: Sequence[int],
+    group_size: int,
+    options: dict | Sequence[dict | None] | None,
+) -> list[dict | None]:
+    """`reset`'s arguments checked (every pool mode shares these rules): `group_size` divides
+    `num_envs`, one seed per group, `options` one dict or one per group. Returns the options
+    of each group."""
+    if group_size < 1 or num_envs % group_size:
+        raise ValueError(f"group_size={group_size!r} must be >= 1 and divide num_envs={num_envs}")
+    num_groups = num_envs // group_size
+    if len(seeds) != num_groups:
+        raise ValueError(
+            f"got {len(seeds)} seeds for {num_groups} groups (num_envs={num_envs}, "
+            f"group_size={group_size}); pass one seed per group"
+        )
+    if options is None or isinstance(options, dict):
+        return [options] * num_groups
+    if len(options) == num_groups:
+        return list(options)
+    raise ValueError(f"options must be a dict or one per group ({num_groups}), got {len(options)}")
+
+
+class PoolBookkeeping:
+    """The `Pool` state every implementation keeps alike: env `i` (`pool[i]`, `len(pool)`),
+    the `done` flags (all True before the first reset: nothing is active) and each env's
+    `group_ids` entry. A pool calls `_start_reset` first thing in `reset`, and sets `_done[i]`
+    as its envs reset and finish."""
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        self.num_envs = len(envs)
+        self._envs = list(envs)
+        self.group_ids: list[int] = list(range(self.num_envs))
+        self._done = [True] * self.num_envs
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __getitem__(self, i: int) -> Any:
+        return self._envs[i]
+
+    @property
+    def active(self) -> list[int]:
+        """Indices of envs whose episode is still running."""
+        return [i for i, done in enumerate(self._done) if not done]
+
+    @property
+    def done(self) -> list[bool]:
+        """Per-env flag: the episode ended (or the env was never reset)."""
+        return list(self._done)
+
+    def _start_reset(
+        self,
+        seeds: Sequence[int],
+        group_size: int,
+        options: dict | Sequence[dict | None] | None,
+    ) -> list[dict | None]:
+        """Check `reset`'s arguments and regroup the envs; the options of each group."""
+        group_options = check_reset_args(self.num_envs, seeds, group_size, options)
+        self.group_ids = [i // group_size for i in range(self.num_envs)]
+        return group_options
+
+
+class EnvPool(PoolBookkeeping):
     """`num_envs` envs built from a registry id (with `kwargs`) or from a zero-arg factory."""
 
     def __init__(self, env: str | Callable[[], Any], num_envs: int, **kwargs: Any) -> None:
@@ -103,25 +169,7 @@ class EnvPool:
             self.envs = [env() for _ in range(num_envs)]
         else:
             raise TypeError(f"EnvPool needs an env id or a factory, got {type(env).__name__}")
-        self.num_envs = num_envs
-        self.group_ids: list[int] = list(range(num_envs))
-        self._done = [True] * num_envs  # nothing is active before the first reset
-
-    def __len__(self) -> int:
-        return self.num_envs
-
-    def __getitem__(self, i: int) -> Any:
-        return self.envs[i]
-
-    @property
-    def active(self) -> list[int]:
-        """Indices of envs whose episode is still running."""
-        return [i for i, done in enumerate(self._done) if not done]
-
-    @property
-    def done(self) -> list[bool]:
-        """Per-env flag: the episode ended (or the env was never reset)."""
-        return list(self._done)
+        super().__init__(self.envs)
 
     def reset(
         self,
@@ -134,31 +182,12 @@ class EnvPool:
         `options` is one dict for every env or one per group. Returns (obs, infos) per env;
         each info also carries `group_id` and `env_index`.
         """
-        if group_size < 1 or self.num_envs % group_size:
-            raise ValueError(
-                f"group_size={group_size!r} must be >= 1 and divide num_envs={self.num_envs}"
-            )
-        num_groups = self.num_envs // group_size
-        if len(seeds) != num_groups:
-            raise ValueError(
-                f"got {len(seeds)} seeds for {num_groups} groups (num_envs={self.num_envs}, "
-                f"group_size={group_size}); pass one seed per group"
-            )
-        if options is None or isinstance(options, dict):
-            group_options = [options] * num_groups
-        elif len(options) == num_groups:
-            group_options = list(options)
-        else:
-            raise ValueError(
-                f"options must be a dict or one per group ({num_groups}), got {len(options)}"
-            )
+        group_options = self._start_reset(seeds, group_size, options)
         all_obs, all_infos = [], []
-        for i, env in enumerate(self.envs):
-            g = i // group_size
+        for i, (env, g) in enumerate(zip(self.envs, self.group_ids)):
             obs, info = env.reset(seed=seeds[g], options=group_options[g])
             all_obs.append(obs)
             all_infos.append({**info, "group_id": g, "env_index": i})
-        self.group_ids = [i // group_size for i in range(self.num_envs)]
         self._done = [False] * self.num_envs
         return all_obs, all_infos
 

@@ -28,7 +28,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from arborl.envs.pool import StepResult, actions_to_step
+from arborl.envs.pool import PoolBookkeeping, StepResult, actions_to_step
 
 
 class EnvCallError(RuntimeError):
@@ -78,23 +78,6 @@ def pop_pool_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs.pop(k) for k in POOL_OPTIONS if k in kwargs}
 
 
-def check_reset_args(num_envs: int, seeds: Sequence[int], group_size: int, options: Any) -> list:
-    """Validate `reset` arguments like `EnvPool.reset`; returns one options value per group."""
-    if group_size < 1 or num_envs % group_size:
-        raise ValueError(f"group_size={group_size!r} must be >= 1 and divide num_envs={num_envs}")
-    num_groups = num_envs // group_size
-    if len(seeds) != num_groups:
-        raise ValueError(
-            f"got {len(seeds)} seeds for {num_groups} groups (num_envs={num_envs}, "
-            f"group_size={group_size}); pass one seed per group"
-        )
-    if options is None or isinstance(options, dict):
-        return [options] * num_groups
-    if len(options) == num_groups:
-        return list(options)
-    raise ValueError(f"options must be a dict or one per group ({num_groups}), got {len(options)}")
-
-
 class EnvProxy:
     """`pool[i]`: one remote env instance behind the `Env` protocol."""
 
@@ -138,7 +121,7 @@ class EnvProxy:
         self._pool._close_one(self.index)
 
 
-class RemotePool:
+class RemotePool(PoolBookkeeping):
     """`num_envs` env instances reached through `transport` (see the module docstring)."""
 
     def __init__(
@@ -157,15 +140,13 @@ class RemotePool:
             raise ValueError(f"timeout_s={timeout_s!r} must be > 0 (seconds per env call)")
         if max_env_errors < 0:
             raise ValueError(f"max_env_errors={max_env_errors!r} must be >= 0")
-        self.transport, self.env_id, self.num_envs, self.mode = transport, env_id, num_envs, mode
+        self.transport, self.env_id, self.mode = transport, env_id, mode
         self.env_kwargs = dict(env_kwargs or {})
         self.timeout_s, self.max_env_errors = float(timeout_s), int(max_env_errors)
         self.num_env_errors = 0
         self.recent_errors: list[str] = []
-        self.group_ids: list[int] = list(range(num_envs))
-        self._done = [True] * num_envs
+        super().__init__([EnvProxy(self, i) for i in range(num_envs)])  # pool[i]: a proxy
         self._task_ids = [""] * num_envs
-        self._proxies = [EnvProxy(self, i) for i in range(num_envs)]
         self._lost: set[int] = set()
         self._closed = False
         self._lane_of = getattr(transport, "lane", lambda i: 0)
@@ -176,25 +157,10 @@ class RemotePool:
             self.transport.close()
             raise EnvCallError(f"{mode} pool of {env_id!r}: could not create envs: {failed[0]}")
 
-    # --- EnvPool interface ----------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.num_envs
-
-    def __getitem__(self, i: int) -> EnvProxy:
-        return self._proxies[i]
-
-    @property
-    def active(self) -> list[int]:
-        return [i for i, done in enumerate(self._done) if not done]
-
-    @property
-    def done(self) -> list[bool]:
-        return list(self._done)
-
+    # --- EnvPool interface (len, pool[i], active, done: `PoolBookkeeping`) ------------------
     def reset(self, seeds: Sequence[int], group_size: int = 1, options=None):
         """As `EnvPool.reset`; an env that cannot be reset starts done with `env_error`."""
-        group_options = check_reset_args(self.num_envs, seeds, group_size, options)
-        self.group_ids = [i // group_size for i in range(self.num_envs)]
+        group_options = self._start_reset(seeds, group_size, options)
         calls = [(i, "reset", {"seed": seeds[g], "options": group_options[g]})
                  for i, g in enumerate(self.group_ids)]  # fmt: skip
         replies = self._call_with_reopen(calls)
@@ -262,7 +228,7 @@ class RemotePool:
         failed = []
         for i, r in zip(indices, replies):
             if r.ok:
-                self._proxies[i].max_turns = int(r.value.get("max_turns") or 0)
+                self._envs[i].max_turns = int(r.value.get("max_turns") or 0)
                 self._lost.discard(i)
             else:
                 self._lost.add(i)
@@ -298,7 +264,7 @@ class RemotePool:
         self._done[i] = True
 
     def _info(self, out: dict[str, Any], i: int) -> dict[str, Any]:
-        proxy = self._proxies[i]
+        proxy = self._envs[i]
         proxy.instruction, proxy.task = out.get("instruction", ""), out.get("task")
         info = dict(out["info"])
         if "anchor" in info:
