@@ -7,7 +7,8 @@
     check_env("arborl/Maze-v0")  # raises EnvCheckError listing every failure
     pool = make_pool("arborl/Maze-v0", 8, mode="subprocess")  # or inproc, ray, http
 
-Built-in envs are registered on import (as strings; their modules load on `make`).
+Built-in envs are registered on import (as strings; their modules load on `make`), and
+plug-in ids of the `arborl.envs` entry-point group are mirrored into Gymnasium then too.
 """
 
 from arborl.envs.base import INFO_KEYS, SPLITS, Env, TextEnv
@@ -15,11 +16,19 @@ from arborl.envs.builtin import register_builtin_envs
 from arborl.envs.check import EnvCheckError, check_env
 from arborl.envs.modes import make_pool
 from arborl.envs.pool import EnvPool, Pool, StepResult
-from arborl.envs.registry import EnvSpec, make, register, registered_ids, spec
+from arborl.envs.registry import (
+    EnvSpec,
+    make,
+    mirror_entry_points,
+    register,
+    registered_ids,
+    spec,
+)
 from arborl.envs.remote.base import EnvCallError, EnvErrorBudgetExceeded, RemotePool
 from arborl.envs.splits import split_of, task_id_of
 
 register_builtin_envs()
+mirror_entry_points()  # plug-in ids reach gymnasium.make now; their modules load on make
 
 __all__ = [
     "INFO_KEYS",

@@ -8,7 +8,11 @@ once `arborl.envs` is imported.
 
 Third-party packages add envs through the `arborl.envs` entry-point group, read on the first
 lookup: a value that loads to a class is registered under the entry point's name; any other
-callable is called and is expected to call `register` itself.
+callable is called and is expected to call `register` itself. So that `gymnasium.make` finds
+a plug-in right after `import arborl.envs`, `mirror_entry_points` (run by that import) gives
+every entry point named by an env id a lazy Gymnasium spec (nothing of the plug-in is
+imported until it is made); a registration function under another name is called then,
+since only calling it tells which ids it registers.
 
 A spec may name the env's search heuristic (`heuristic="module:function"`), so a game's
 heuristic lives beside the game and search finds it by env id.
@@ -120,6 +124,21 @@ def _load_entry_points() -> None:
                 RuntimeWarning,
                 stacklevel=2,
             )
+
+
+def mirror_entry_points() -> None:
+    """Make every plug-in id visible to `gymnasium.make` without importing its module (see
+    the module docstring); run once by `import arborl.envs`."""
+    if _entry_points_loaded:
+        return
+    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if any(not _ID_RE.match(ep.name) for ep in eps):
+        _load_entry_points()  # a registration function: its ids are known only once called
+        return
+    for ep in eps:
+        if ep.name not in _REGISTRY:
+            # `gymnasium.make` -> `make(id)` -> `spec(id)` reads the entry points then
+            _register_with_gymnasium(ep.name)
 
 
 def registered_ids() -> list[str]:

@@ -169,3 +169,36 @@ def test_callable_entry_point(clean_registry):
     assert make("user/Factory-v0", split="test").split == "test"
     with pytest.raises(TypeError, match="'colour'"):
         make("user/Factory-v0", colour="red")
+
+
+def test_plugin_env_is_in_gymnasium_right_after_import_arborl_envs(tmp_path):
+    """A package with an `arborl.envs` entry point (a dist-info on sys.path, as pip leaves
+    it): `gymnasium.make` finds its id after `import arborl.envs` alone, and the plug-in's
+    module is imported only when the env is made. A fresh interpreter: this process has
+    read its entry points already."""
+    from ._hanoi import HANOI_ID, install_hanoi, run_fresh
+
+    code = f"""
+import sys, gymnasium, arborl.envs
+assert "newbie_hanoi" not in sys.modules, "imported before it was made"
+env = gymnasium.make({HANOI_ID!r})
+obs, info = env.reset(seed=0)
+assert obs.endswith("goal: every disk on " + "ABC"[env.unwrapped.env.task["goal"]]), obs
+obs, reward, terminated, truncated, info = env.step(env.unwrapped.env.oracle_action())
+assert info["valid_action"], info
+print("ok", arborl.envs.spec({HANOI_ID!r}).heuristic)
+"""
+    done = run_fresh(code, install_hanoi(tmp_path / "site"), tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", "newbie_hanoi:heuristic"]
+
+
+def test_a_registration_function_not_named_by_an_id_reaches_gymnasium_too(tmp_path):
+    from ._hanoi import HANOI_ID, install_hanoi, run_fresh
+
+    paths = install_hanoi(tmp_path / "site")
+    ep = tmp_path / "site" / "newbie_hanoi-0.1.dist-info" / "entry_points.txt"
+    ep.write_text("[arborl.envs]\nhanoi-envs = newbie_hanoi:register_envs\n")
+    code = f"import gymnasium, arborl.envs\ngymnasium.make({HANOI_ID!r}).reset(seed=1)\n"
+    done = run_fresh(code, paths, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
