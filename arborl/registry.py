@@ -219,18 +219,3 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.what!r}, {self.names()})"
-
-
-def lookup(registry: Registry[T] | dict[str, T], name: str, what: str | None = None) -> T:
-    """`registry.get(name)` for a `Registry`; for a plain mapping, the same error."""
-    if isinstance(registry, Registry):
-        return registry.get(name)
-    try:
-        return registry[name]
-    except (KeyError, TypeError):
-        known = sorted(registry)
-        raise UnknownNameError(
-            Registry.DEFAULT_MESSAGE.format(
-                what=what, name=repr(name), hint=did_you_mean(name, known), known=", ".join(known)
-            )
-        ) from None

@@ -12,7 +12,12 @@ from typing import Any
 
 from arborl.registry import Registry
 
-MEMORY_KINDS = ("full", "last_k", "summary")
+MEMORIES: Registry = Registry("agent.memory", error=ValueError)
+"""Memory strategies by `AgentConfig.memory` name: classes built with the `AgentConfig`
+(`arborl.agent.memory`), imported on first use; `make_memory` builds one per episode."""
+MEMORIES.register("full", "arborl.agent.memory:FullMemory")
+MEMORIES.register("last_k", "arborl.agent.memory:LastKMemory")
+MEMORIES.register("summary", "arborl.agent.memory:SummaryMemory")
 ACTION_FORMATS: Registry = Registry("agent.action_format")
 """Action formats by name: `arborl.agent.parsing.ActionFormat`s (a parser and the stop
 strings), imported on first use. `arborl.curate` reads data with the same formats."""
@@ -29,7 +34,8 @@ class AgentConfig:
 
     memory: str = "full"
     """Which past turns the `step`-view prompt shows: "full" (all), "last_k" (the last
-    `memory_k`), or "summary" (a running text summary instead of past turns). The
+    `memory_k`), or "summary" (a running text summary instead of past turns); a name of
+    `MEMORIES`. The
     `episode` view always keeps the full token sequence and requires "full"."""
     memory_k: int = 4
     """Number of past turns shown by `memory="last_k"`."""
@@ -68,7 +74,7 @@ class AgentConfig:
     def validate(self, prefix: str = "agent") -> None:
         """Raise `ValueError` naming the field, the value and what is allowed."""
         choices: dict[str, tuple[Any, tuple[str, ...]]] = {
-            "memory": (self.memory, MEMORY_KINDS),
+            "memory": (self.memory, MEMORIES),
             "action_format": (self.action_format, ACTION_FORMATS),
             "on_format_error": (self.on_format_error, FORMAT_ERROR_ACTIONS),
             "instruction_role": (self.instruction_role, INSTRUCTION_ROLES),

@@ -1,9 +1,10 @@
 """Per-episode memory: which past turns a rebuilt (`step`-view) prompt shows.
 
 Each episode owns one memory object (never shared across episodes, unlike a shared file
-memory that leaks rollouts into each other). Strategies are found by name in `MEMORIES`.
-The summary strategy is deterministic: a rule-based text by default, or a user hook; it
-never calls a remote model, so the observation function stays stationary during RL.
+memory that leaks rollouts into each other). Strategies are found by name in `MEMORIES`
+(`arborl.agent.config`, so a config is checked without importing them). The summary
+strategy is deterministic: a rule-based text by default, or a user hook; it never calls a
+remote model, so the observation function stays stationary during RL.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from arborl.agent.config import AgentConfig
+from arborl.agent.config import MEMORIES, AgentConfig
 from arborl.registry import load_entry_point
 
 
@@ -103,16 +104,6 @@ class SummaryMemory:
         return MemoryView(turns=[], note=self.summary or None)
 
 
-MEMORIES: dict[str, type] = {"full": FullMemory, "last_k": LastKMemory, "summary": SummaryMemory}
-"""Memory strategies by `AgentConfig.memory` name."""
-
-
 def make_memory(cfg: AgentConfig) -> Memory:
-    """A fresh memory for one episode."""
-    try:
-        cls = MEMORIES[cfg.memory]
-    except KeyError:
-        raise ValueError(
-            f"agent.memory={cfg.memory!r} is unknown; known strategies: {sorted(MEMORIES)}"
-        ) from None
-    return cls(cfg)
+    """A fresh memory for one episode (the `MEMORIES` strategy `cfg.memory` names)."""
+    return MEMORIES.get(cfg.memory)(cfg)

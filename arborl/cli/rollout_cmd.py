@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from arborl.agent import AgentConfig
-from arborl.agent.config import ACTION_FORMATS, MEMORY_KINDS
+from arborl.agent.config import ACTION_FORMATS, MEMORIES
 from arborl.agent.settings import load_agent_settings
 from arborl.cli.names import POOL_MODES, SPLITS
 from arborl.rollout import RolloutConfig
@@ -53,7 +53,7 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
     p.add_argument(
         "--memory",
         default=None,
-        choices=MEMORY_KINDS,
+        choices=MEMORIES,
         help="past turns in the prompt (default: the checkpoint's arborl_agent.json, else full)",
     )
     p.add_argument(

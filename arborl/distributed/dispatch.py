@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from arborl.data import Batch
-from arborl.registry import lookup
+from arborl.registry import Registry
 
 DispatchFn = Callable[[int, tuple, dict], tuple[list[tuple[tuple, dict]], Any]]
 CollectFn = Callable[[list, Any], Any]
@@ -88,24 +88,24 @@ def _collect_dp_concat(results: list, pad: int) -> Batch:
     return Batch.concat(results).unpad(pad or 0)
 
 
-DISPATCH_MODES: dict[str, DispatchFn] = {
-    "one_to_all": _one_to_all,
-    "dp_split": _dp_split,
-    "dp_minibatches": _dp_minibatches,
-    "per_worker": _per_worker,
-}
-COLLECT_MODES: dict[str, CollectFn] = {
-    "all": _collect_all,
-    "rank_zero": _collect_rank_zero,
-    "dp_concat": _collect_dp_concat,
-}
+DISPATCH_MODES: Registry[DispatchFn] = Registry("dispatch")
+"""Dispatch mode -> `fn(num_workers, args, kwargs) -> ([(args, kwargs)] per worker, ctx)`."""
+DISPATCH_MODES.register("one_to_all", _one_to_all)
+DISPATCH_MODES.register("dp_split", _dp_split)
+DISPATCH_MODES.register("dp_minibatches", _dp_minibatches)
+DISPATCH_MODES.register("per_worker", _per_worker)
+COLLECT_MODES: Registry[CollectFn] = Registry("collect")
+"""Collect mode -> `fn(results, ctx) -> result` (`ctx`: what the dispatch returned)."""
+COLLECT_MODES.register("all", _collect_all)
+COLLECT_MODES.register("rank_zero", _collect_rank_zero)
+COLLECT_MODES.register("dp_concat", _collect_dp_concat)
 MODES_ATTR = "_arborl_modes"
 
 
 def register(dispatch: str = "one_to_all", collect: str = "all") -> Callable:
     """Declare how `WorkerGroup.call` splits this method's arguments and gathers results."""
-    lookup(DISPATCH_MODES, dispatch, "dispatch")
-    lookup(COLLECT_MODES, collect, "collect")
+    DISPATCH_MODES.get(dispatch)  # an unknown mode fails here, at class definition
+    COLLECT_MODES.get(collect)
 
     def mark(fn: Callable) -> Callable:
         setattr(fn, MODES_ATTR, (dispatch, collect))
@@ -143,7 +143,7 @@ class WorkerGroup:
     def split(self, name: str, *args: Any, **kwargs: Any) -> tuple[list[tuple[tuple, dict]], Any]:
         """The per-worker (args, kwargs) of a call, and the context its collect needs."""
         dispatch, _ = method_modes(self.cls, name)
-        return DISPATCH_MODES[dispatch](len(self.handles), args, kwargs)
+        return DISPATCH_MODES.get(dispatch)(len(self.handles), args, kwargs)
 
     def submit(self, index: int, name: str, args: tuple, kwargs: dict):
         """Launch one worker's part of a call; returns its ObjectRef."""
@@ -157,7 +157,7 @@ class WorkerGroup:
         import ray
 
         _, collect = method_modes(self.cls, name)
-        return COLLECT_MODES[collect](ray.get(refs), ctx)
+        return COLLECT_MODES.get(collect)(ray.get(refs), ctx)
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         refs, ctx = self.call_async(name, *args, **kwargs)

@@ -29,6 +29,7 @@ from arborl.agent import (
     user_content,
 )
 from arborl.generation.base import MAX_SEED, GenerationBackend, SamplingParams, row_seed
+from arborl.registry import Registry
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState
 
@@ -88,6 +89,9 @@ class OraclePolicy:
     """The env's own expert: `env.oracle_action()`."""
 
     name = "oracle"
+
+    def __init__(self, seed: int = 0) -> None:
+        """`seed` is unused (the oracle is deterministic); every baseline takes one."""
 
     def act(self, episodes: Sequence[EpisodeState], envs: Sequence[Any]) -> list[Decision]:
         out = []
@@ -265,8 +269,10 @@ class LMPolicy:
         )
 
 
-BASELINE_POLICIES: dict[str, type] = {"random": RandomPolicy, "oracle": OraclePolicy}
-"""Policies that need no model, by `--policy` name."""
+BASELINE_POLICIES: Registry = Registry("policy")
+"""Policies that need no model, by `--policy` name: classes built as `cls(seed=seed)`."""
+BASELINE_POLICIES.register("random", RandomPolicy)
+BASELINE_POLICIES.register("oracle", OraclePolicy)
 
 
 def make_policy(
@@ -279,15 +285,14 @@ def make_policy(
     """A policy from a spec string: "random", "oracle", a tiny preset name, a checkpoint
     directory or an OpenAI-compatible URL (which needs `tokenizer`, a preset or dir name)."""
     if spec in BASELINE_POLICIES:
-        cls = BASELINE_POLICIES[spec]
-        return cls(seed=seed) if cls is RandomPolicy else cls()
+        return BASELINE_POLICIES.get(spec)(seed=seed)
     from arborl.generation import make_backend
 
     try:
         backend, tok = make_backend(spec, tokenizer=tokenizer, seed=seed)
     except ValueError as e:
         raise ValueError(
-            f"policy {spec!r} is not one of {sorted(BASELINE_POLICIES)} and no model could be "
+            f"policy {spec!r} is not one of {BASELINE_POLICIES.names()} and no model could be "
             f"made from it: {e}"
         ) from e
     return LMPolicy(backend, tok, cfg, agent_cfg or AgentConfig(), name=spec)

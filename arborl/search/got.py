@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from arborl.registry import Registry
 from arborl.search.problem import SearchAlgorithm, SearchContext, argsort_desc
 
 
@@ -111,15 +112,14 @@ class Aggregate:
         return out
 
 
-OPERATIONS = {
-    "generate": Generate,
-    "score": Score,
-    "keep_best": KeepBest,
-    "keep_valid": KeepValid,
-    "refine": Refine,
-    "aggregate": Aggregate,
-}
+OPERATIONS: Registry[Callable] = Registry("got operation", error=ValueError)
 """Operation name -> class, for programs written as data (`[["generate", 3], ...]`)."""
+OPERATIONS.register("generate", Generate)
+OPERATIONS.register("score", Score)
+OPERATIONS.register("keep_best", KeepBest)
+OPERATIONS.register("keep_valid", KeepValid)
+OPERATIONS.register("refine", Refine)
+OPERATIONS.register("aggregate", Aggregate)
 
 
 def parse_program(spec: Sequence) -> list:
@@ -130,9 +130,7 @@ def parse_program(spec: Sequence) -> list:
             ops.append(item)
             continue
         name, *args = [item] if isinstance(item, str) else list(item)
-        if name not in OPERATIONS:
-            raise ValueError(f"got: unknown operation {name!r}; known: {sorted(OPERATIONS)}")
-        ops.append(OPERATIONS[name](*args))
+        ops.append(OPERATIONS.get(name)(*args))
     return ops
 
 
