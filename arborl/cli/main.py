@@ -21,7 +21,7 @@ from arborl import __version__
 
 COMMANDS: list[tuple[str, str, str]] = [
     ("train", "arborl.cli.train_cmd",
-     "SFT warm start + RL (PPO/GRPO/RLOO/REINFORCE++/GiGPO) with held-out evaluation"),
+     "SFT warm start + RL (any registered algorithm) with held-out evaluation"),
     ("sft", "arborl.cli.sft_cmd",
      "SFT warm start only (oracle demos or a trajectory file), saved for `arborl train`"),
     ("rollout", "arborl.cli.rollout_cmd", "run a policy on an env and write trajectories"),
