@@ -109,10 +109,13 @@ def gigpo(
     step_ids: (N,) int position of the step within its trajectory; group_ids: (N,) task
     group (the same for all steps of a trajectory); anchors: (N,) hashable env state before
     the step. `norm_by_std` divides both levels by their group std (+ eps). Computed in
-    float64; the outputs have the dtype of `step_rewards`.
+    float64; the outputs have the dtype of `step_rewards`. Both levels count returns equal
+    up to rounding at the precision of `step_rewards` as equal (`group_stats`): float32
+    rewards 0.1 + 0.9 and 0.3 + 0.7 make two returns 2.2e-8 apart in float64, one return.
     """
     given = as_scores(step_rewards, "step_rewards")
     r = given.double()  # float64 inside: equal discounted returns stay equal (group_stats)
+    precision = given.dtype  # the rewards' own rounding scale, for the equal-return rule
     n = r.numel()
     traj_index, num_traj = group_index(traj_ids)
     group_idx, num_groups = group_index(group_ids)
@@ -135,11 +138,11 @@ def gigpo(
             f"(row {row} has group {group_ids[row]!r}); give every step of a trajectory "
             "the group id of its task"
         )
-    episode_adv = grpo(traj_returns, traj_group, norm_by_std, eps)[traj_index_d]  # (N,)
+    episode_adv = grpo(traj_returns, traj_group, norm_by_std, eps, precision)[traj_index_d]
 
     keys = list(zip(group_idx.tolist(), anchors))
     anchor_idx, num_anchor_groups = _index_hashables(keys, "(group_id, anchor) of row")
-    step_adv = grpo(step_returns, anchor_idx, norm_by_std, eps)  # singletons -> 0
+    step_adv = grpo(step_returns, anchor_idx, norm_by_std, eps, precision)  # singletons -> 0
     sizes = torch.bincount(anchor_idx, minlength=num_anchor_groups)
     stats = {
         "num_trajectories": float(num_traj),

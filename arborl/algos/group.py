@@ -9,9 +9,14 @@ compare each episode with the others of its group:
   group mean is subtracted first (verl's `reinforce_plus_plus_baseline`).
 
 Design choices, each tested:
-- Group statistics are float64, and a std within rounding noise of 0 counts as 0: a
-  group of equal scores gets advantage exactly 0 (a float32 mean one ulp off used to give
-  every member the same spurious advantage, e.g. 0.056 for eight scores of 0.7).
+- Group statistics are float64, and a group whose scores are equal up to float rounding
+  counts as equal, with advantage exactly 0 (a float32 mean one ulp off used to give
+  every member the same spurious advantage, e.g. 0.056 for eight scores of 0.7). "Up to
+  rounding" is judged at the scores' own scale (`equal_tolerance`): a spread (max - min)
+  of at most `EQUAL_ULPS` units in the last place of the precision the rewards were
+  computed in, at the group's magnitude. Sixteen float32 returns of 1.0 summed from their
+  pieces in different orders (1 - 2^-24 .. 1 + 2^-23) used to get GRPO advantages up to
+  0.13; verl and TRL (std + eps) give the same kind of numbers.
 - The std is the unbiased one (`torch.std`, divisor n - 1), as in verl, so numbers match
   verl runs. For a group of 2 with scores (0, 1) the advantages are -/+0.7071.
 - A singleton group has nothing to compare with and gets advantage 0 (verl instead returns
@@ -77,13 +82,29 @@ def as_scores(scores: Any, what: str = "scores") -> torch.Tensor:
     return t if t.is_floating_point() else t.float()
 
 
+EQUAL_ULPS = 8
+"""A group's scores whose spread is at most this many units in the last place (of the
+precision they were computed in, at their magnitude) are equal. Summing m float32 pieces
+in two orders differs by up to about (m - 1) / 2 ulps (3.3 measured for 20 pieces);
+float64 scores keep `NOISE_RTOL` (1e-9) as their floor, the rule issue 16 set."""
+
+
+def equal_tolerance(magnitude: torch.Tensor, precision: torch.dtype) -> torch.Tensor:
+    """The largest spread of a group's scores that is float rounding rather than a
+    difference: `EQUAL_ULPS` x the machine epsilon of `precision` (1.2e-7 for float32)
+    x the group's magnitude (its largest |score|, at least 1, so returns that cancel to
+    about 0 compare at a reward unit's scale), and never below `NOISE_RTOL` of it."""
+    rtol = max(EQUAL_ULPS * torch.finfo(precision).eps, NOISE_RTOL)
+    return rtol * magnitude.clamp(min=1.0)
+
+
 def group_stats(
-    x: torch.Tensor, index: torch.Tensor, num_groups: int
+    x: torch.Tensor, index: torch.Tensor, num_groups: int, precision: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-group `(mean, unbiased std, count)`, each (num_groups,) float64; std is 0 for
-    singletons and for groups whose std is within rounding noise of 0: at most
-    `NOISE_RTOL` (1e-9) times the group's largest |score|. Float64 sums of n equal values
-    are off by about n * 1e-16 relative, while distinct float32 scores differ by >= 6e-8.
+    singletons and for groups whose scores are equal up to rounding: their spread is at
+    most `equal_tolerance` at the precision the scores were computed in (`precision`,
+    default the dtype of `x`; pass float32 for float32 rewards summed in float64).
 
     Computed in float64 whatever the dtype of `x`, in two passes (mean, then squared
     deviations) with a correction of the mean by the mean deviation.
@@ -96,20 +117,23 @@ def group_stats(
     mean = mean + zeros.index_add(0, index, xd - mean[index]) / count.clamp(min=1)
     sq = zeros.index_add(0, index, (xd - mean[index]) ** 2)
     std = torch.sqrt(sq / (count - 1).clamp(min=1))  # (G,)
-    scale = zeros.scatter_reduce(0, index, xd.abs(), reduce="amax", include_self=True)
-    std = torch.where(std <= NOISE_RTOL * scale, torch.zeros_like(std), std)
+    hi = torch.full_like(zeros, -torch.inf).scatter_reduce(0, index, xd, reduce="amax")
+    lo = torch.full_like(zeros, torch.inf).scatter_reduce(0, index, xd, reduce="amin")
+    magnitude = torch.maximum(hi.abs(), lo.abs())  # (G,)
+    tol = equal_tolerance(magnitude, precision or x.dtype)
+    std = torch.where(hi - lo <= tol, torch.zeros_like(std), std)
     return mean, std, count
 
 
 def centered(
-    x: torch.Tensor, index: torch.Tensor, num_groups: int
+    x: torch.Tensor, index: torch.Tensor, num_groups: int, precision: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(x - group mean (N,), group std (N,), group count (N,))`, all float64 per row.
 
-    A group whose std is rounding noise (all its scores equal) gets deviations of exactly
-    0, so equal scores never produce an advantage (nor survive `drop_zero_adv`).
+    A group whose scores are equal up to rounding (`group_stats`) gets deviations of
+    exactly 0, so equal scores never produce an advantage (nor survive `drop_zero_adv`).
     """
-    mean, std, count = group_stats(x, index, num_groups)
+    mean, std, count = group_stats(x, index, num_groups, precision)
     std, count = std[index], count[index]
     dev = x.double() - mean[index]
     return torch.where(std > 0, dev, torch.zeros_like(dev)), std, count
@@ -126,42 +150,55 @@ def _prepare(scores: Any, group_ids: Any) -> tuple[torch.Tensor, torch.Tensor, i
     return s, index.to(s.device), num_groups
 
 
-def grpo(scores: Any, group_ids: Any, norm_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+def grpo(
+    scores: Any,
+    group_ids: Any,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    precision: torch.dtype | None = None,
+) -> torch.Tensor:
     """GRPO advantage per episode, (N,): (s - group mean) / (group std + eps).
 
-    `norm_by_std=False` is Dr.GRPO (s - group mean). Singleton groups get 0.
+    `norm_by_std=False` is Dr.GRPO (s - group mean). Singleton groups, and groups whose
+    scores are equal up to rounding at `precision` (see `group_stats`), get 0.
     """
     s, index, num_groups = _prepare(scores, group_ids)
-    adv, std, count = centered(s, index, num_groups)
-    if norm_by_std:
-        adv = adv / (std + eps)
+    adv, std, count = centered(s, index, num_groups, precision)
+    if norm_by_std:  # an equal group's 0 stays 0 with eps=0 too (not 0 / 0)
+        adv = torch.where(std > 0, adv / (std + eps), adv)
     return torch.where(count > 1, adv, torch.zeros_like(adv)).to(s.dtype)
 
 
-def drgrpo(scores: Any, group_ids: Any) -> torch.Tensor:
+def drgrpo(scores: Any, group_ids: Any, precision: torch.dtype | None = None) -> torch.Tensor:
     """Dr.GRPO: `grpo` without the division by the group std, (N,)."""
-    return grpo(scores, group_ids, norm_by_std=False)
+    return grpo(scores, group_ids, norm_by_std=False, precision=precision)
 
 
-def rloo(scores: Any, group_ids: Any) -> torch.Tensor:
+def rloo(scores: Any, group_ids: Any, precision: torch.dtype | None = None) -> torch.Tensor:
     """RLOO advantage, (N,): s_i minus the mean of the other members of its group.
 
-    Equals (s_i - mean) * n / (n - 1). Singleton groups get 0.
+    Equals (s_i - mean) * n / (n - 1). Singleton groups, and groups equal up to rounding at
+    `precision` (see `group_stats`), get 0.
     """
     s, index, num_groups = _prepare(scores, group_ids)
-    dev, _, n = centered(s, index, num_groups)
+    dev, _, n = centered(s, index, num_groups, precision)
     adv = dev * n / (n - 1).clamp(min=1)
     return torch.where(n > 1, adv, torch.zeros_like(adv)).to(s.dtype)
 
 
 def reinforce_pp(
-    scores: Any, group_ids: Any = None, baseline: bool = False, eps: float = 1e-8
+    scores: Any,
+    group_ids: Any = None,
+    baseline: bool = False,
+    eps: float = 1e-8,
+    precision: torch.dtype | None = None,
 ) -> torch.Tensor:
     """REINFORCE++ advantage, (N,): scores whitened over the whole batch.
 
-    With `baseline=True` (needs `group_ids`) the group mean is subtracted before whitening;
-    `group_ids` is ignored otherwise. Whitening uses the unbiased batch variance; a batch of
-    one episode is only centred (giving 0).
+    With `baseline=True` (needs `group_ids`) the group mean is subtracted before whitening
+    (0 for a group equal up to rounding at `precision`, see `group_stats`); `group_ids` is
+    ignored otherwise. Whitening uses the unbiased batch variance; a batch of one episode
+    is only centred (giving 0).
     """
     s = as_scores(scores)
     if baseline:
@@ -171,10 +208,12 @@ def reinforce_pp(
                 "the group mean; pass them or use baseline=False"
             )
         s, index, num_groups = _prepare(s, group_ids)
-        s = centered(s, index, num_groups)[0].to(s.dtype)
+        s = centered(s, index, num_groups, precision)[0].to(s.dtype)
     return masked_whiten(s, torch.ones_like(s), eps=eps)
 
 
-def reinforce_pp_baseline(scores: Any, group_ids: Any) -> torch.Tensor:
+def reinforce_pp_baseline(
+    scores: Any, group_ids: Any, precision: torch.dtype | None = None
+) -> torch.Tensor:
     """REINFORCE++ with a group-mean baseline, then batch whitening, (N,)."""
-    return reinforce_pp(scores, group_ids, baseline=True)
+    return reinforce_pp(scores, group_ids, baseline=True, precision=precision)

@@ -1,7 +1,8 @@
 """Issue 16's two bugs: equal scores must give advantage exactly 0 (group statistics in
 float64, a std within rounding noise of 0 is 0), and masked reductions must select the
-valid positions, so a NaN/inf at a masked one cannot leak. Each case failed before the fix
-(the old numbers are in the comments)."""
+valid positions, so a NaN/inf at a masked one cannot leak. Issue 34 #12: scores equal up
+to float rounding at their own precision (float32 returns summed in another order) are
+equal too. Each case failed before its fix (the old numbers are in the comments)."""
 
 import math
 
@@ -66,12 +67,88 @@ def test_every_group_estimator_gives_zero_for_equal_scores(value, n):
     assert torch.equal(reinforce_pp(scores), torch.zeros(n))  # batch whitening, same rule
 
 
-def test_real_spread_survives_the_noise_rule():
-    # two scores one float32 ulp apart (100.3 and its successor) still differ: +-0.7071
-    a = torch.tensor(100.3)
-    b = torch.nextafter(a, torch.tensor(200.0))
-    adv = grpo(torch.stack([a, b]), [0, 0], eps=0.0)  # std ~5e-6: eps would dominate
-    torch.testing.assert_close(adv, torch.tensor([-0.70711, 0.70711]), atol=1e-3, rtol=0)
+EPS32 = 2.0**-23  # float32 machine epsilon: one ulp at 1.0 (half an ulp just below it)
+
+
+def test_float32_returns_equal_up_to_rounding_give_zero():
+    # issue 34 #12: three float32 returns of 1.0 summed from their pieces in different
+    # orders: 1 - 2^-24, 1, 1 + 2^-23. Spread 1.5 * 2^-23 <= EQUAL_ULPS (8) x 2^-23 x
+    # magnitude (1 + 2^-23): equal. Before, mean 1 + 2^-24/3, deviations (-4, -1, 5)/3 x
+    # 2^-24, unbiased std sqrt(42/18) x 2^-24 = 9.10e-8, so GRPO gave dev / (std + 1e-6)
+    # = -0.0728, -0.0182, +0.0911 (and sixteen such returns up to 0.1316).
+    x = torch.tensor([1 - EPS32 / 2, 1.0, 1 + EPS32])
+    for fn in (grpo, drgrpo, rloo, reinforce_pp_baseline):
+        assert torch.equal(fn(x, [0, 0, 0]), torch.zeros(3)), fn.__name__
+    x16 = torch.tensor([1.0] * 8 + [1 - EPS32 / 2] * 7 + [1 + EPS32])
+    assert torch.equal(grpo(x16, [0] * 16), torch.zeros(16))  # was 0.018 / -0.039 / 0.132
+
+
+def test_returns_that_cancel_to_about_zero_compare_at_a_reward_unit():
+    # 0.1 + 0.2 - 0.3 summed in float32 in three orders: 0, -2^-27, -2^-26. The magnitude
+    # is taken as at least 1, so the tolerance is 8 x 2^-23 = 9.5e-7 >= 2^-26: equal.
+    # Before: std = 7.45e-9 (unbiased, of (0, -1, -2) x 2^-27), adv = dev / (std + 1e-6).
+    x = torch.tensor([0.0, -(2.0**-27), -(2.0**-26)])
+    assert torch.equal(grpo(x, [0, 0, 0]), torch.zeros(3))
+
+
+@pytest.mark.parametrize(
+    "dtype,step,equal",
+    [
+        # float32: tolerance 8 ulps x magnitude. 1 vs 1 + 8 * 2^-23: spread 8 * 2^-23 <=
+        # 8 * 2^-23 * (1 + 8 * 2^-23): equal. 9 ulps: 9 * 2^-23 > 8.0000009 * 2^-23: not.
+        (torch.float32, 8 * 2.0**-23, True),
+        (torch.float32, 9 * 2.0**-23, False),
+        (torch.float32, 16 * 2.0**-23, False),
+        # float64: 8 ulps is 1.8e-15, below the 1e-9 floor kept from issue 16:
+        # 2^-30 = 9.3e-10 <= 1e-9 x (1 + 2^-30): equal; 2^-29 = 1.9e-9: not.
+        (torch.float64, 2.0**-30, True),
+        (torch.float64, 2.0**-29, False),
+    ],
+)
+def test_the_equal_rule_sits_at_the_scores_own_precision(dtype, step, equal):
+    # two scores d apart: deviations -/+d/2, unbiased std d / sqrt(2): GRPO (eps 0) -/+0.7071
+    x = torch.tensor([1.0, 1.0 + step], dtype=dtype)
+    adv = grpo(x, [0, 0], eps=0.0)
+    expected = [0.0, 0.0] if equal else [-(0.5**0.5), 0.5**0.5]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=dtype), atol=1e-6, rtol=0)
+
+
+def test_precision_names_the_rewards_scale_when_scores_come_wider():
+    # float32 rewards 0.1 + 0.9 and 0.3 + 0.7 summed in float64 (as the trainer's episode
+    # returns are): 0.99999997765 and 1.0, 2.2e-8 apart, 0.19 float32 ulps. At float64
+    # precision that is a difference (+-0.7071 with eps 0); at float32 it is one return.
+    a = float(torch.tensor(0.1).double() + torch.tensor(0.9).double())
+    b = float(torch.tensor(0.3).double() + torch.tensor(0.7).double())
+    scores = torch.tensor([a, b], dtype=torch.float64)
+    torch.testing.assert_close(
+        grpo(scores, [0, 0], eps=0.0), torch.tensor([-(0.5**0.5), 0.5**0.5], dtype=torch.float64)
+    )
+    for fn in (grpo, drgrpo, rloo, reinforce_pp_baseline):
+        assert torch.equal(fn(scores, [0, 0], precision=torch.float32), torch.zeros(2))
+
+
+def test_gigpo_float32_rewards_with_one_return_give_zero_at_both_levels():
+    # trajectories A: rewards (0.1, 0.9), B: (0.3, 0.7) in float32, one task, gamma 1, both
+    # start at state s0. Returns A = 0.99999997765, B = 1.0 in float64: equal at float32.
+    # Before: episode adv -/+0.0110 (dev 1.1e-8 / (std 1.6e-8 + 1e-6)), the s0 steps the
+    # same again, so A's first step got -0.0220 (and -/+1.414 with eps 0).
+    out = gigpo(
+        torch.tensor([0.1, 0.9, 0.3, 0.7]),
+        ["A", "A", "B", "B"],
+        [0, 1, 0, 1],
+        [0, 0, 0, 0],
+        ["s0", "a1", "s0", "b1"],
+        gamma=1.0,
+    )
+    assert torch.equal(out.episode_adv, torch.zeros(4))
+    assert torch.equal(out.step_adv, torch.zeros(4))
+    assert torch.equal(out.advantages, torch.zeros(4))
+
+
+def test_equal_groups_stay_zero_with_eps_zero():
+    # the std of an equal group is 0; with eps=0, 0 / 0 used to make its advantages NaN
+    adv = grpo(torch.tensor([0.7, 0.7, 0.0, 1.0]), [0, 0, 1, 1], eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([0.0, 0.0, -(0.5**0.5), 0.5**0.5]))
 
 
 def test_group_stats_are_float64_with_noise_std_zero():
