@@ -107,7 +107,7 @@ def test_eval_with_search(tmp_path, capsys):
     assert main(args) == 0
     rows = {r["policy"]: r for r in json.loads(js.read_text())["rows"]}
     row = rows["random+mcts@150"]
-    assert row["episodes"] == 10 and 0.0 <= row["ci_low"] <= row["success_rate"]
+    assert row["episodes"] == 10 and 0.0 <= row["success_lo"] <= row["success_rate"]
     assert row["success_rate"] >= 0.7  # MCTS + the maze heuristic; random walks get ~0.1
     assert rows["oracle"]["success_rate"] == 1.0
 
