@@ -34,7 +34,7 @@ from pathlib import Path
 from common import RESULTS_DIR, format_table, machine_info, write_json
 
 from arborl.config import to_dict
-from arborl.train.config import TrainConfig, load_train_config
+from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 from arborl.train.runlog import read_metrics
 
@@ -130,7 +130,7 @@ def collect_run(run_dir: Path) -> dict:
     import yaml
 
     cfg = _flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    base = _flat(to_dict(TrainConfig()))
+    base = _flat(to_dict(load_train_config([])))  # the demo: env=maze applies
     diff = sorted(
         f"{k}={cfg[k]}" for k in cfg if cfg[k] != base.get(k) and not k.startswith(BOOKKEEPING)
     )

@@ -11,11 +11,14 @@ import yaml
 
 def _docs(args: argparse.Namespace) -> int:
     from arborl.config import allowed_names, iter_fields
-    from arborl.train.config import TrainConfig
+    from arborl.train.config import CONFIG_DIR, TrainConfig
+    from arborl.train.env_configs import env_groups
 
     for path, f, tp, doc in iter_fields(TrainConfig):
         if dataclasses.is_dataclass(tp):
             print(f"\n[{path}]  {doc}")
+            if path == "env":  # plug-in packages' groups included
+                print(f"  env=NAME groups: {', '.join(env_groups(CONFIG_DIR).names())}")
             continue
         default = (
             f.default

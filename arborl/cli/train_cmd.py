@@ -48,8 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="SFT warm start + RL (any registered algorithm) with held-out evaluation",
         description="Train an agent. Overrides are key=value (trainer.total_steps=10); "
         "algo=NAME selects a registered algorithm with its defaults (algo=gigpo) and "
-        "env=NAME selects configs/env/NAME.yaml (env=sokoban). `arborl config docs` lists "
-        "every key and the names each registry holds.",
+        "env=NAME selects an env config group: configs/env/NAME.yaml (env=sokoban) or one "
+        "a package ships (an arborl.env_configs entry point); with no env=NAME or env.id, "
+        "env=maze applies. `arborl config docs` lists every key, the env groups and the "
+        "names each registry holds.",
     )
     p.add_argument("overrides", nargs="*", help="key=value overrides or group=name selections")
     p.add_argument("--config", action="append", help="a YAML config file (repeatable)")

@@ -5,8 +5,8 @@ Why not Hydra/OmegaConf: we want the dataclasses themselves to be the schema (wi
 field docstrings as documentation), checks that run before any work and name the full key
 path, and no magic interpolation. A config is built in three layers, each overriding the
 one before: the dataclass defaults, YAML files (a base file and `group=name` selections
-such as `algo=grpo` -> `configs/algo/grpo.yaml` merged into the `algo` section), and
-`a.b.c=value` overrides.
+such as `env=sokoban` -> `configs/env/sokoban.yaml` merged into the `env` section, or a
+selection registered in code: `algo=grpo`), and `a.b.c=value` overrides.
 
 Range and choice checks live in field metadata: `field(default=1, metadata={"min": 1})`,
 `{"choices": ("a", "b")}`. `Literal[...]` types are checked too. A field whose values are
@@ -340,21 +340,41 @@ def load_config(
     config_dir: str | Path | None = None,
     files: list[str | Path] | None = None,
     groups: dict[str, Callable[[str], dict | None]] | None = None,
+    defaults: dict[str, str] | None = None,
 ) -> T:
-    """Defaults <- YAML `files` <- `group=name` selections <- `a.b=c` overrides.
+    """Defaults <- `defaults` selections <- YAML `files` <- `group=name` selections <-
+    `a.b=c` overrides.
 
     A selection reads `config_dir/group/name.yaml`; `groups` maps a section to a
-    function `name -> section values` (None: unknown) for sections whose choices are
-    registered in code rather than written as files (`algo=NAME`)."""
+    function `name -> section values` (None: unknown; it may raise its own ConfigError)
+    for sections whose choices are registered in code or by plug-ins (`algo=NAME`,
+    `env=NAME`). `defaults` are selections applied under everything else (`{"env":
+    "maze"}`: the demo's env; the caller leaves one out when the user chose that section).
+    A group's `_root_:` mapping sets keys of other sections (an env file choosing the agent
+    settings that suit it, for example)."""
     config_dir = Path(config_dir) if config_dir else None
-    data: dict[str, Any] = {}
-    for f in files or []:
-        data = _deep_merge(data, _read_yaml(Path(f)))
     sections = {
         f.name
         for f in dataclasses.fields(cls)
         if dataclasses.is_dataclass(typing.get_type_hints(cls)[f.name])
     }
+
+    def select(data: dict, key: str, text: str) -> dict:
+        if key in (groups or {}):
+            group = groups[key](text)
+            if group is None:
+                raise _unknown_key_value(cls, key, text)
+        else:
+            group = _group_file(config_dir, key, text)
+        group = dict(group)
+        root = group.pop("_root_", None) or {}
+        return _deep_merge(_deep_merge(data, root), {key: group})
+
+    data: dict[str, Any] = {}
+    for key, text in (defaults or {}).items():
+        data = select(data, key, text)
+    for f in files or []:
+        data = _deep_merge(data, _read_yaml(Path(f)))
     dotted: list[tuple[str, Any]] = []
     for item in overrides or []:
         if "=" not in item:
@@ -363,29 +383,25 @@ def load_config(
             )
         key, text = item.split("=", 1)
         key = key.strip()
-        if key in (groups or {}) and "." not in key:
-            group = groups[key](text)
-            if group is None:
-                raise _unknown_key_value(cls, key, text)
-            data = _deep_merge(data, {key: group})
-        elif key in sections and "." not in key and config_dir is not None:
-            choices = group_choices(config_dir, key)
-            path = config_dir / key / f"{text}.yaml"
-            if not path.exists():
-                close = difflib.get_close_matches(text, choices, n=1)
-                hint = f" Did you mean {key}={close[0]}?" if close else ""
-                raise ConfigError(f"{key}={text!r}: no file {path}; choose one of {choices}.{hint}")
-            group = _read_yaml(path)
-            # `_root_:` in a group file sets keys of other sections (an env file choosing
-            # agent settings that suit it, for example).
-            root = group.pop("_root_", None) or {}
-            data = _deep_merge(_deep_merge(data, root), {key: group})
+        if "." not in key and (key in (groups or {}) or (key in sections and config_dir)):
+            data = select(data, key, text)
         else:
             dotted.append((key, _parse_value(text)))
     for key, value in dotted:
         _seed_dict_default(cls, data, key)
         _set_dotted(data, key, value)
     return from_dict(cls, data)
+
+
+def _group_file(config_dir: Path, key: str, name: str) -> dict:
+    """`key=name` read from `config_dir/key/name.yaml`."""
+    path = config_dir / key / f"{name}.yaml"
+    if not path.exists():
+        choices = group_choices(config_dir, key)
+        close = difflib.get_close_matches(name, choices, n=1)
+        hint = f" Did you mean {key}={close[0]}?" if close else ""
+        raise ConfigError(f"{key}={name!r}: no file {path}; choose one of {choices}.{hint}")
+    return _read_yaml(path)
 
 
 def _unknown_key_value(cls: type, section: str, name: str) -> ConfigError:

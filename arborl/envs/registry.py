@@ -184,6 +184,21 @@ def _check_kwargs(env_id: str, creator: Any, kwargs: dict[str, Any]) -> None:
         )
 
 
+def unaccepted_kwargs(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the keys of `kwargs` that `env_id`'s constructor does not take, the ones it takes),
+    for a config check before any work. Nothing is reported when that cannot be told in
+    this interpreter: an id not registered here or a class not importable here (an env
+    package's, which runs in its own venv), or a constructor taking `**kwargs`."""
+    try:
+        creator = spec(env_id).load()
+    except (KeyError, ImportError, AttributeError, ValueError):
+        return [], []
+    accepted = _keyword_params(creator)
+    if accepted is None:
+        return [], []
+    return sorted(set(kwargs) - set(accepted) - {"max_turns"}), accepted
+
+
 def make(id: str, **kwargs: Any) -> Any:
     """Build the env registered as `id`; `kwargs` override the spec's defaults.
 

@@ -2,8 +2,10 @@
 
 `load_train_config(overrides)` layers the dataclass defaults, `configs/train.yaml`-style
 files, group selections (`algo=grpo` -> the `grpo` algorithm record's defaults,
-`arborl.train.advantages`; `env=sokoban` -> `configs/env/sokoban.yaml`) and dotted overrides (`trainer.total_steps=10`). The defaults
-are the demo: a tiny model, an SFT warm start on oracle Maze demos, then GRPO.
+`arborl.train.advantages`; `env=sokoban` -> `configs/env/sokoban.yaml` or a package's
+`arborl.env_configs` entry point, `arborl.train.env_configs`) and dotted overrides
+(`trainer.total_steps=10`). The defaults are the demo: a tiny model, an SFT warm start on
+oracle Maze demos (`env=maze` applies unless the run chooses its env), then GRPO.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ class EnvConfig:
 
     id: str = "arborl/Maze-v0"
     """Registered env id (`arborl env list` shows them)."""
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"short_actions": True})
-    """Constructor arguments (difficulty knobs) passed to `arborl.envs.make`. The default
-    suits the default Maze (one-letter moves: one token per action); `env=NAME` files set
-    their own, and a hand-set `env.id` needs `env.kwargs={}` or the new env's knobs."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments (difficulty knobs) passed to `arborl.envs.make`, checked at
+    start-up against the env's constructor. A run that chooses no env gets the demo's
+    group `env=maze` (`short_actions: true`, one token per move); a run that sets `env.id`
+    or `env=NAME` gets only what it or the group sets (`env.kwargs.num_disks=4` adds one)."""
     train_split: Literal["train", "val", "test"] = "train"
     """Split that RL and SFT tasks are drawn from."""
     eval_split: Literal["train", "val", "test"] = "test"
@@ -86,6 +89,16 @@ class EnvConfig:
     pool's limit on failed env calls)."""
 
     def validate(self, prefix: str = "env") -> None:
+        from arborl.envs.registry import unaccepted_kwargs
+
+        bad, accepted = unaccepted_kwargs(self.id, self.kwargs)
+        if bad:
+            raise ConfigError(
+                f"{prefix}.kwargs.{bad[0]}={self.kwargs[bad[0]]!r}: env {self.id!r} does not "
+                f"take {', '.join(map(repr, bad))} (its constructor takes {accepted}); remove "
+                f"it ({prefix}.kwargs={{}} clears them all) or use env=NAME for a config "
+                "group that suits the env (`arborl config docs` lists them)"
+            )
         if self.pool_mode == "openenv" and not self.urls:
             raise ConfigError(
                 f"{prefix}.pool_mode=openenv drives OpenEnv servers someone runs, but "
@@ -401,6 +414,13 @@ def load_train_config(
 ) -> TrainConfig:
     """Defaults <- files <- group selections <- dotted overrides, all checked."""
     from arborl.train.advantages import algorithm_defaults
+    from arborl.train.env_configs import DEFAULT_ENV_GROUP, chooses_env, load_env_group
 
-    groups = {"algo": algorithm_defaults}  # `algo=NAME`: the algorithm record's defaults
-    return load_config(TrainConfig, overrides, config_dir or CONFIG_DIR, files, groups)
+    config_dir = Path(config_dir or CONFIG_DIR)
+    groups = {
+        "algo": algorithm_defaults,  # `algo=NAME`: the algorithm record's defaults
+        "env": lambda name: load_env_group(name, config_dir),  # repo files, then plug-ins
+    }
+    chosen = chooses_env(overrides or [], files or [])
+    defaults = {} if chosen else {"env": DEFAULT_ENV_GROUP}  # the demo's Maze
+    return load_config(TrainConfig, overrides, config_dir, files, groups, defaults)

@@ -12,7 +12,7 @@ from arborl.generation import HFBackend
 from arborl.models import load_policy
 from arborl.rollout import RolloutConfig, collect_episodes, draw_seeds, make_policy
 from arborl.rollout.metrics import wilson_interval
-from arborl.train.config import TrainConfig
+from arborl.train.config import TrainConfig, load_train_config
 from arborl.train.evaluate import (
     evaluate_policy,
     format_gain,
@@ -34,7 +34,7 @@ def tiny():
 def maze_cfg(**eval_fields) -> TrainConfig:
     """The demo run's config (Maze) at toy size: 4 turns of 4 new tokens; `eval_fields`
     set on `cfg.eval`."""
-    cfg = TrainConfig()
+    cfg = load_train_config([])
     rollout = replace(cfg.rollout, max_turns=4, max_new_tokens=4)
     return replace(cfg, rollout=rollout, eval=replace(cfg.eval, **eval_fields))
 
