@@ -25,6 +25,12 @@ COLUMNS = (
     ("invalid", "invalid_action_rate", "{:.3f}"),
     ("episodes", "episodes", "{:.0f}"),
 )
+SEARCH_COLUMNS = (
+    ("model calls", "mean_model_calls", "{:.1f}"),
+    ("nodes", "mean_nodes", "{:.1f}"),
+    ("stop", "main_stop_reason", "{}"),
+)
+"""Shown when a row searched (`--search`): per task, and the commonest stop reason."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,15 +92,20 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    cells = [[c[0] for c in COLUMNS]]
+    """The rows as a text table; search columns when a row searched; each row's note
+    (e.g. a search that never called the policy) below it."""
+    columns = COLUMNS + (SEARCH_COLUMNS if any("mean_nodes" in r for r in rows) else ())
+    cells = [[c[0] for c in columns]]
     for r in rows:
         if "error" in r:
-            cells.append([r["policy"], f"n/a ({r['error'][:60]})"] + [""] * (len(COLUMNS) - 2))
+            cells.append([r["policy"], f"n/a ({r['error'][:60]})"] + [""] * (len(columns) - 2))
             continue
         r = {**r, "ci": f"[{r['success_lo']:.3f}, {r['success_hi']:.3f}]"}
-        cells.append([fmt.format(r[key]) for _, key, fmt in COLUMNS])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+        cells.append([fmt.format(r[key]) if key in r else "-" for _, key, fmt in columns])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines += [f"note: {r['note']}" for r in rows if r.get("note")]
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -124,13 +124,19 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def evaluator_name(args: argparse.Namespace, env_id: str) -> str:
+    """--evaluator, else the env's heuristic if it has one, else none."""
+    from arborl.search.evaluators import HEURISTICS
+
+    return args.evaluator or ("heuristic" if env_id in HEURISTICS else "none")
+
+
 def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
     """(proposer, evaluator, budget) from the shared flags."""
     from arborl.agent import AgentConfig
     from arborl.agent.settings import load_agent_settings
     from arborl.search import Budget
     from arborl.search.builders import make_evaluator, make_proposer
-    from arborl.search.evaluators import HEURISTICS
 
     backend = tok = None
     if args.policy is not None and args.policy not in ("random", "oracle"):
@@ -150,8 +156,7 @@ def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
         )
     else:
         proposer = make_proposer("actions")
-    name = args.evaluator or ("heuristic" if env_id in HEURISTICS else "none")
-    evaluator = make_evaluator(name, env_id, backend, tok)
+    evaluator = make_evaluator(evaluator_name(args, env_id), env_id, backend, tok)
     budget = Budget(
         max_nodes=args.budget,
         max_model_calls=args.max_model_calls,
@@ -245,4 +250,14 @@ def evaluate_with_search(args: argparse.Namespace) -> dict[str, Any]:
         )
     except (ValueError, TypeError, KeyError) as e:
         raise SystemExit(f"arborl eval --search: {e}") from e
-    return {"policy": f"{args.policy or args.proposer}+{args.algo}@{args.budget}", **summary}
+    if summary["policy_called"]:
+        return {"policy": f"{args.policy or args.proposer}+{args.algo}@{args.budget}", **summary}
+    evaluator = evaluator_name(args, args.env)
+    name = f"{args.algo}@{args.budget} ({args.proposer}+{evaluator}, policy not called)"
+    note = (
+        f"{args.policy!r} was never called in row {name!r} (0 model calls): proposer "
+        f"{args.proposer!r} and evaluator {evaluator!r} pick and score actions without it, "
+        "so the row measures search over the env's actions; --proposer policy or ranked "
+        "(or --evaluator judge) searches with the policy"
+    )
+    return {"policy": name, "note": note, **summary}

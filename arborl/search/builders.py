@@ -207,7 +207,13 @@ def evaluate_search(
     built with `env_kwargs` and the turn limit `max_turns` (None: the env's), in `pool_mode`
     (None or "auto": the env package's preferred isolation; a packaged env's search then runs
     in its venv, forking branches by remote snapshot/restore), `pool_options` going to
-    `make_pool` (e.g. `timeout_s`, `urls`). Search `i` uses seed `seed + i`."""
+    `make_pool` (e.g. `timeout_s`, `urls`). Search `i` uses seed `seed + i`.
+
+    Besides `search_tasks`' figures the summary says what the row measured:
+    `main_stop_reason` (the commonest, with its count: "budget:max_nodes 9/10") and
+    `policy_called` (False when no model call was made: an `actions` proposer with a
+    non-LM evaluator searches with the env's actions alone, so a success is the search's,
+    not the policy's)."""
     from arborl.envs import make_pool
     from arborl.envs.modes import resolve_mode
     from arborl.rollout.config import with_turn_limit
@@ -237,6 +243,10 @@ def evaluate_search(
     finally:
         if pool is not None:
             pool.close()
+    reasons = summary["stop_reasons"]
+    main = max(sorted(reasons), key=reasons.get) if reasons else "none"
+    summary["main_stop_reason"] = f"{main} {reasons.get(main, 0)}/{len(seeds)}"
+    summary["policy_called"] = summary["mean_model_calls"] > 0
     return summary
 
 

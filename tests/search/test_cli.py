@@ -106,7 +106,7 @@ def test_eval_with_search(tmp_path, capsys):
     ]
     assert main(args) == 0
     rows = {r["policy"]: r for r in json.loads(js.read_text())["rows"]}
-    row = rows["random+mcts@150"]
+    row = rows["mcts@150 (actions+heuristic, policy not called)"]
     assert row["episodes"] == 10 and 0.0 <= row["success_lo"] <= row["success_rate"]
     assert row["success_rate"] >= 0.7  # MCTS + the maze heuristic; random walks get ~0.1
     assert rows["oracle"]["success_rate"] == 1.0
@@ -120,9 +120,38 @@ def test_eval_with_search_plays_the_envs_of_env_kwargs_and_max_turns(tmp_path):
     js = tmp_path / "eval.json"
     assert main([*base, "--max-turns", "2", "--json", str(js)]) == 0
     (row,) = json.loads(js.read_text())["rows"]
-    assert row["policy"] == "random+mcts@60" and 0 < row["mean_turns"] <= 2
+    assert row["policy"].startswith("mcts@60 (") and 0 < row["mean_turns"] <= 2
     with pytest.raises(SystemExit, match="bogus"):
         main([*base, "--env-kwargs", '{"bogus": 1}'])
+
+
+def test_a_search_row_shows_model_calls_nodes_and_stop_and_says_when_the_policy_was_idle(
+    tmp_path, capsys
+):
+    """`--proposer actions --evaluator rollout` never calls the policy: the row used to
+    carry the checkpoint's name and only --json showed mean_model_calls 0.0."""
+    base = ["eval", "--policy", "tiny-0.1m", "--env", "arborl/Maze-v0", "--num-episodes", "3",
+            "--search", "mcts", "--budget", "12", "--no-baselines", "--no-progress",
+            "--max-turns", "3", "--max-new-tokens", "3"]  # fmt: skip
+    js = tmp_path / "idle.json"
+    assert main([*base, "--proposer", "actions", "--evaluator", "rollout", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    (row,) = json.loads(js.read_text())["rows"]
+    name = "mcts@12 (actions+rollout, policy not called)"
+    assert row["policy"] == name and row["policy_called"] is False
+    assert row["mean_model_calls"] == 0.0 and row["mean_nodes"] >= 1
+    header, line = out.splitlines()[1:3]
+    assert header.split()[-5:] == ["episodes", "model", "calls", "nodes", "stop"]
+    assert line.startswith(name) and line.split()[-2] == row["main_stop_reason"].split()[-2]
+    top = max(row["stop_reasons"], key=row["stop_reasons"].get)
+    assert row["main_stop_reason"] == f"{top} {row['stop_reasons'][top]}/3"
+    assert f"note: 'tiny-0.1m' was never called in row {name!r} (0 model calls)" in out
+    # with the policy proposing, the row is the policy's and counts its calls
+    assert main([*base, "--proposer", "policy", "--param", "width=2", "--json", str(js)]) == 0
+    (row,) = json.loads(js.read_text())["rows"]
+    assert row["policy"] == "tiny-0.1m+mcts@12" and row["policy_called"] is True
+    assert row["mean_model_calls"] > 0 and "note" not in row
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_bad_flags_fail_clearly(capsys):
