@@ -78,7 +78,9 @@ class TextEnv:
       - `_start(task) -> str` (set up state from the task, return the first observation),
       - `_act(action) -> (obs, reward, terminated, valid)`,
       - `_anchor() -> hashable`, `_won() -> bool`,
-      - optionally `_available_actions() -> list[str] | None`, `_instruction(task) -> str`.
+      - optionally `_available_actions() -> list[str] | None`, `_instruction(task) -> str`
+        (default: `description` and "Reply with `action_format`.") and `oracle_action()`
+        (the expert's next action from the current state: demos, SFT, baselines need it).
     All mutable episode state must live in attributes listed in `_state_attrs` so that
     `snapshot()` can copy it.
     """
@@ -129,7 +131,11 @@ class TextEnv:
         return None
 
     def _instruction(self, task: dict) -> str:
-        return self.description
+        """`description`, then how to answer (`action_format`): the instruction is all a
+        pretrained model learns the rules from, so an override should state both."""
+        if not self.action_format:
+            return self.description
+        return f"{self.description}\nReply with {self.action_format}."
 
     # --- protocol ---------------------------------------------------------------------
     def _info(self, valid: bool) -> dict[str, Any]:

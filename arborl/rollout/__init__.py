@@ -1,4 +1,4 @@
-"""The multi-turn rollout engine: episodes over an env pool, as Batches and Trajectories.
+"""The multi-turn rollout loop: episodes over an env pool, as Batches and Trajectories.
 
 Names load on first use (PEP 562): `from arborl.rollout import RolloutConfig` must not
 import torch and transformers, so that `arborl --help` and config loading stay fast.
@@ -9,7 +9,7 @@ from arborl.lazy import lazy_exports
 _EXPORTS = {
     "arborl.rollout.batching": ("build_batch", "build_episode_batch", "build_step_batch"),
     "arborl.rollout.config": ("VIEWS", "RolloutConfig", "with_turn_limit"),
-    "arborl.rollout.engine": (
+    "arborl.rollout.loop": (
         "RolloutResult",
         "collect_episodes",
         "draw_seeds",

@@ -52,3 +52,6 @@ class GuessDigitEnv(TextEnv):
 
     def _available_actions(self):
         return [str(d) for d in range(10)]
+
+    def oracle_action(self):
+        return str(self.task["digit"])  # the expert may read the hidden task
