@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from common import format_table, machine_info, median, write_json
 
-import arborl.rollout.engine as rollout_engine
+import arborl.rollout.loop as rollout_loop
 import arborl.train.rl as rl
 from arborl.rollout.policies import LMPolicy
 from arborl.train.config import load_train_config
@@ -97,7 +97,7 @@ def instrument(trainer, timers: Timers) -> None:
     eng.values = timers.wrap("scoring", eng.values)
     eng.update = timers.wrap("update", eng.update)
     LMPolicy._prompt = timers.wrap("rollout/prompts", LMPolicy._prompt)
-    rollout_engine.build_batch = timers.wrap("rollout/batch", rollout_engine.build_batch)
+    rollout_loop.build_batch = timers.wrap("rollout/batch", rollout_loop.build_batch)
     rl.batch_rewards = timers.wrap("advantages", rl.batch_rewards)
     rl.attach_advantages = timers.wrap("advantages", rl.attach_advantages)
     rl.group_diagnostics = timers.wrap("advantages", rl.group_diagnostics)

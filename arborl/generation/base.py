@@ -1,6 +1,6 @@
 """One interface for every generation backend: token ids in, token ids and logprobs out.
 
-The rollout engine works in token ids so that what the model generated is exactly what
+The rollout loop works in token ids so that what the model generated is exactly what
 training scores (no re-tokenization drift). Backends that only speak text (HTTP APIs)
 encode and decode with the policy's tokenizer at their boundary.
 """

@@ -1,6 +1,6 @@
 """Generate through any OpenAI-compatible `/v1/completions` endpoint (arborl serve, vLLM).
 
-The rollout engine works in token ids, and so does this backend on the wire: prompts are
+The rollout loop works in token ids, and so does this backend on the wire: prompts are
 sent as token-id lists (`"prompt": [[ids...], ...]`, accepted by vLLM and `arborl serve`)
 and the request asks for `return_token_ids=true`, so the ids stored are exactly the ids
 the server sampled and its logprobs belong to them. Decoding and re-encoding text is not

@@ -1,6 +1,6 @@
 """The async rollout schedule (`rollout.async_envs`): episodes that never wait for each other.
 
-The lockstep loop (`engine._run_turns`) generates for every live episode, then steps every
+The lockstep loop (`loop._run_turns`) generates for every live episode, then steps every
 env, so each turn lasts as long as its slowest env step. Here each episode moves on its
 own: a thread pool runs one `pool.step({i: action})` per episode in flight, and the main
 thread generates, whenever episodes are ready, for up to `async_max_batch` of them at

@@ -1,7 +1,7 @@
 """Search trees -> per-node advantages -> training `Batch` rows.
 
 Every non-root node is one decision (the parent's prompt, the node's response), so it is
-one training row in the rollout engine's *step* layout (`arborl.rollout.batching`); the
+one training row in the rollout loop's *step* layout (`arborl.rollout.batching`); the
 row's reward is the node's advantage. Node values come from the tree itself (no critic):
 
     V(n) = mean outcome of the leaves below n (n itself when it is a leaf),

@@ -4,7 +4,7 @@
   with the node's seed by default, so k < |actions| draws a seeded random subset and k=1
   is a seeded uniform random policy (best-of-N's samples then differ).
 - `LMProposer` ("policy"): the policy samples `oversample * k` responses to the node's
-  prompt (built exactly as the rollout engine builds it, from the node's history through
+  prompt (built exactly as the rollout loop builds it, from the node's history through
   the agent's memory) in one `generate` call, and keeps the first k distinct actions,
   with their tokens and logprobs so that search trees can be trained on. DFSDT's
   diversity: actions in `avoid` are dropped, and `diversity_note` (if set) puts the tried
@@ -125,7 +125,7 @@ class LMProposer:
         """Set by the search before each call: tokens it may still generate (None: any)."""
 
     def prompt_ids(self, view: NodeView, avoid: Sequence[str] = ()) -> list[int]:
-        """The node's prompt, rebuilt from its history as the rollout engine does."""
+        """The node's prompt, rebuilt from its history as the rollout loop does."""
         from arborl.agent import (
             build_messages,
             encode_text,

@@ -83,8 +83,8 @@ def tree_rollout(
     (sampling, turn limit, seed), `search_cfg` a `SearchConfig` (the tree)."""
     from arborl.agent import AgentConfig
     from arborl.rollout.batching import build_step_batch
-    from arborl.rollout.engine import RolloutResult
     from arborl.rollout.episode import to_trajectory
+    from arborl.rollout.loop import RolloutResult
 
     if not isinstance(search_cfg, SearchConfig):
         raise TypeError(

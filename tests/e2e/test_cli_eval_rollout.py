@@ -102,9 +102,9 @@ def _rollout(out, *extra):
 
 
 def test_a_killed_rollout_keeps_finished_chunks_in_a_file_marked_partial(tmp_path, monkeypatch):
-    import arborl.rollout.engine as engine
+    import arborl.rollout.loop as loop
 
-    real, calls = engine.run_episodes_with_policy, []
+    real, calls = loop.run_episodes_with_policy, []
 
     def dies_on_third_chunk(*a, **k):
         calls.append(1)
@@ -112,13 +112,13 @@ def test_a_killed_rollout_keeps_finished_chunks_in_a_file_marked_partial(tmp_pat
             raise KeyboardInterrupt  # stands in for a kill mid-run
         return real(*a, **k)
 
-    monkeypatch.setattr(engine, "run_episodes_with_policy", dies_on_third_chunk)
+    monkeypatch.setattr(loop, "run_episodes_with_policy", dies_on_third_chunk)
     out = tmp_path / "r.parquet"
     with pytest.raises(KeyboardInterrupt):
         _rollout(out, "--num-episodes", "6", "--chunk-episodes", "2")
     partial = tmp_path / "r.partial.jsonl"
     assert not out.exists() and len(read_trajectories(partial)) == 4
-    monkeypatch.setattr(engine, "run_episodes_with_policy", real)
+    monkeypatch.setattr(loop, "run_episodes_with_policy", real)
     assert _rollout(out, "--num-episodes", "6", "--chunk-episodes", "2") == 0
     assert len(read_trajectories(out)) == 6 and not partial.exists()
 

@@ -1,6 +1,6 @@
 """The `Pool` conformance check shared by the mode tests: `isinstance` against the
 runtime-checkable protocol, then a rollout through a view of the pool that has the
-protocol's members and nothing else, so the engine cannot lean on one pool's extras."""
+protocol's members and nothing else, so the rollout loop cannot lean on one pool's extras."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from arborl.envs import Pool
 from arborl.rollout import RolloutConfig
-from arborl.rollout.engine import run_episodes_with_policy
+from arborl.rollout.loop import run_episodes_with_policy
 from arborl.rollout.policies import OraclePolicy
 
 POOL_MEMBERS = ("__len__", "__getitem__", "active", "done", "reset", "step", "close")

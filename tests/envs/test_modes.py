@@ -18,7 +18,7 @@ from arborl.envs import (
     make_pool,
 )
 from arborl.rollout import RolloutConfig
-from arborl.rollout.engine import run_episodes_with_policy
+from arborl.rollout.loop import run_episodes_with_policy
 from arborl.rollout.policies import OraclePolicy
 
 from ._pkg import *  # noqa: F403
@@ -94,7 +94,7 @@ def test_protocol_only_view_refuses_other_members():
 
 
 @pytest.mark.parametrize("mode", list(MODE_KW))
-def test_rollout_engine_drives_every_mode(mode):
+def test_rollout_loop_drives_every_mode(mode):
     cfg = RolloutConfig(num_tasks=3, group_size=2, seed=5)
     ref = run_episodes_with_policy(OraclePolicy(), "arborl/Maze-v0", None, cfg, split="test")
     pool = make_pool("arborl/Maze-v0", 6, mode=mode, split="test", **MODE_KW[mode])

@@ -5,18 +5,18 @@ import pytest
 
 @pytest.fixture
 def pool_mode_spy(monkeypatch):
-    """Records `(mode, kwargs)` of every pool the rollout engine and the trainer build,
+    """Records `(mode, kwargs)` of every pool the rollout loop and the trainer build,
     and builds each in-process instead (fast); the list it returns fills as they are made."""
-    import arborl.rollout.engine as engine
+    import arborl.rollout.loop as loop
     import arborl.train.build as build
 
     modes = []
-    real = engine.make_pool
+    real = loop.make_pool
 
     def spy(env_id, n, mode, **kw):
         modes.append((mode, kw))
         return real(env_id, n, "inproc", **kw)
 
-    monkeypatch.setattr(engine, "make_pool", spy)
+    monkeypatch.setattr(loop, "make_pool", spy)
     monkeypatch.setattr(build, "make_pool", spy)
     return modes

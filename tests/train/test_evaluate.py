@@ -80,12 +80,12 @@ def test_summarize_eval_merges_the_outcomes_of_every_share():
 def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypatch):
     """eval.chunk_episodes: no pool holds more envs than a chunk; the tasks are the same,
     and a greedy evaluation (no sampling) gives the same outcomes and stats as one batch."""
-    import arborl.rollout.engine as engine
+    import arborl.rollout.loop as loop
 
     sizes = []
-    real = engine.make_pool
+    real = loop.make_pool
     monkeypatch.setattr(
-        engine, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
+        loop, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
     )
 
     def run(chunk, temperature):
