@@ -38,7 +38,7 @@ SPLITS = ("train", "val", "test")
 
 @runtime_checkable
 class Env(Protocol):
-    """What the rollout engine, search and the conformance checker rely on."""
+    """What the rollout loop, search and the conformance checker rely on."""
 
     instruction: str
     """The task and the action format, for the prompt (set by `reset`)."""
