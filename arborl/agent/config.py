@@ -26,6 +26,13 @@ ACTION_FORMATS.register("react", "arborl.agent.parsing:REACT")
 ACTION_FORMATS.register("react_text", "arborl.agent.parsing:REACT_TEXT")
 FORMAT_ERROR_ACTIONS = ("raw", "empty")
 INSTRUCTION_ROLES = ("user", "system")
+ACTION_MODES: Registry = Registry("agent.action_mode", error=ValueError)
+"""How an LM policy picks each action, by `AgentConfig.action_mode`: policy classes built
+as `cls(backend, tokenizer, rollout_cfg, agent_cfg, name=...)` (`arborl.rollout`), imported
+on first use; `arborl.rollout.make_lm_policy` builds the one a config names."""
+ACTION_MODES.register("generate", "arborl.rollout.policies:LMPolicy")
+ACTION_MODES.register("score", "arborl.rollout.action_scoring:ScoringPolicy")
+SCORE_NORMS = ("sum", "token", "word")
 
 
 @dataclass
@@ -67,6 +74,20 @@ class AgentConfig:
     instruction_role: str = "user"
     """"user": prefix the instruction to the first user message; "system": put it in a
     system message (for chat templates that support one)."""
+    action_mode: str = "generate"
+    """How the LM picks an action (a name of `ACTION_MODES`): "generate" samples a free-text
+    response and parses it; "score" (GLAM/TWOSOME) scores each of the env's
+    `info["available_actions"]` by the log-probability of its response tokens after the
+    same prompt, and samples from the softmax over the candidates at the rollout
+    temperature, so no action is ever invalid and the PPO ratio, entropy and KL are those
+    of that categorical. Needs an env that lists its actions, the `step` view and a local
+    model (not vLLM or an HTTP endpoint)."""
+    score_norm: str = "word"
+    """With `action_mode="score"`: how a candidate's summed token log-probability is
+    normalised before the softmax: "sum" (as is: at temperature 1 the policy is then free
+    generation restricted to the valid actions, which favours short ones), "token"
+    (divided by its number of tokens, the end-of-turn token included) or "word" (divided
+    by its number of whitespace-separated words; TWOSOME's shipped setting)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -78,6 +99,8 @@ class AgentConfig:
             "action_format": (self.action_format, ACTION_FORMATS),
             "on_format_error": (self.on_format_error, FORMAT_ERROR_ACTIONS),
             "instruction_role": (self.instruction_role, INSTRUCTION_ROLES),
+            "action_mode": (self.action_mode, ACTION_MODES),
+            "score_norm": (self.score_norm, SCORE_NORMS),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:

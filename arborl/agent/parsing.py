@@ -92,6 +92,25 @@ def _no_stops(cfg: AgentConfig) -> list[str]:
     return []
 
 
+def action_response(action: str, cfg: AgentConfig) -> str:
+    """The response text that says `action` in the format `cfg.action_format` (what
+    `parse_action` reads back as that action, with no reasoning block): the candidate text
+    `agent.action_mode=score` scores."""
+    return ACTION_FORMATS.get(cfg.action_format).render(action, cfg)
+
+
+def _render_plain(action: str, cfg: AgentConfig) -> str:
+    return action
+
+
+def _render_react(action: str, cfg: AgentConfig) -> str:
+    return f"<{cfg.action_tag}>{action}</{cfg.action_tag}>"
+
+
+def _render_react_text(action: str, cfg: AgentConfig) -> str:
+    return f"Action: {action}"
+
+
 @dataclass(frozen=True)
 class ActionFormat:
     """One entry of `ACTION_FORMATS`: how a response holds its action."""
@@ -100,8 +119,10 @@ class ActionFormat:
     """`(text, cfg) -> ParsedAction`; never raises."""
     stop_strings: Callable[[AgentConfig], list[str]] = _no_stops
     """Text stops for generation in this format."""
+    render: Callable[[str, AgentConfig], str] = _render_plain
+    """`(action, cfg) -> response text` that parses back to `action` (no reasoning block)."""
 
 
 PLAIN = ActionFormat(parse_plain)
-REACT = ActionFormat(parse_react, lambda cfg: [f"</{cfg.action_tag}>"])
-REACT_TEXT = ActionFormat(parse_react_text)
+REACT = ActionFormat(parse_react, lambda cfg: [f"</{cfg.action_tag}>"], _render_react)
+REACT_TEXT = ActionFormat(parse_react_text, render=_render_react_text)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from arborl.agent import AgentConfig
-from arborl.agent.config import ACTION_FORMATS, MEMORIES
+from arborl.agent.config import ACTION_FORMATS, ACTION_MODES, MEMORIES, SCORE_NORMS
 from arborl.agent.settings import load_agent_settings
 from arborl.cli.names import POOL_MODES, SPLITS
 from arborl.rollout import RolloutConfig
@@ -64,6 +64,21 @@ def add_policy_args(p: argparse.ArgumentParser, default_split: str) -> None:
         default=None,
         choices=ACTION_FORMATS,
         help="how responses hold actions (default: the checkpoint's, else plain)",
+    )
+    p.add_argument(
+        "--action-mode",
+        default=None,
+        choices=ACTION_MODES,
+        help="generate: sample a free-text action; score: score the env's "
+        "info['available_actions'] with the model and sample one (a local model only; "
+        "default: the checkpoint's, else generate)",
+    )
+    p.add_argument(
+        "--score-norm",
+        default=None,
+        choices=SCORE_NORMS,
+        help="with --action-mode score: a candidate's log-probability as a sum, per token or "
+        "per word (default: the checkpoint's, else word)",
     )
     p.add_argument(
         "--no-instruction",
@@ -146,6 +161,8 @@ def configs_from_args(
         "memory": args.memory,
         "memory_k": args.memory_k,
         "action_format": args.action_format,
+        "action_mode": args.action_mode,
+        "score_norm": args.score_norm,
         "include_instruction": None if args.no_instruction is None else not args.no_instruction,
     }
     agent = dataclasses.replace(agent, **{k: v for k, v in flags.items() if v is not None})

@@ -7,7 +7,13 @@ import torch and transformers, so that `arborl --help` and config loading stay f
 from arborl.lazy import lazy_exports
 
 _EXPORTS = {
-    "arborl.rollout.batching": ("build_batch", "build_episode_batch", "build_step_batch"),
+    "arborl.rollout.action_scoring": ("ScoringPolicy",),
+    "arborl.rollout.batching": (
+        "CHOICE_KEYS",
+        "build_batch",
+        "build_episode_batch",
+        "build_step_batch",
+    ),
     "arborl.rollout.config": ("VIEWS", "RolloutConfig", "with_turn_limit"),
     "arborl.rollout.loop": (
         "RolloutResult",
@@ -16,7 +22,13 @@ _EXPORTS = {
         "run_episodes_with_policy",
         "run_rollout",
     ),
-    "arborl.rollout.episode": ("TRUNCATION_REASONS", "EpisodeState", "TurnRecord", "to_trajectory"),
+    "arborl.rollout.episode": (
+        "TRUNCATION_REASONS",
+        "EpisodeState",
+        "ScoredChoice",
+        "TurnRecord",
+        "to_trajectory",
+    ),
     "arborl.rollout.metrics": ("episode_stats", "wilson_interval"),
     "arborl.rollout.policies": (
         "BASELINE_POLICIES",
@@ -25,6 +37,7 @@ _EXPORTS = {
         "OraclePolicy",
         "Policy",
         "RandomPolicy",
+        "make_lm_policy",
         "make_policy",
     ),
 }

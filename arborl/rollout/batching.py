@@ -14,6 +14,17 @@ step view (one row per turn, R rows), the layout verl-style trainers expect:
   info: view, prompt_length (P), response_length (A), pad_token_id
   So `input_ids[:, P:]` is the response and `token_logprobs(...)[:, P-1:]` scores it.
 
+  score mode (`agent.action_mode=score`): a row is one choice among K candidates, trained
+  as one "token" whose log-probability is the chosen candidate's under the categorical
+  (`arborl.models.candidates`); A = 1, and `CHOICE_KEYS` hold what recomputes it:
+  input_ids       (R, P+1) long   the prompt, then the chosen candidate's first token
+  response_mask   (R, 1)   float  1
+  old_logp        (R, 1)   float  the chosen candidate's categorical logprob
+  cand_ids        (R, K, L) long  every candidate's response tokens, right-padded
+  cand_mask       (R, K, L) long  1 on real tokens (a slot of a row with < K candidates: 0)
+  cand_norm       (R, K)   float  each candidate's score divisor (`agent.score_norm`)
+  chosen          (R,)     long   index of the chosen candidate
+
 episode view (one row per episode, E rows), the growing sequence exactly as generated:
   input_ids       (E, L) long   right-padded
   attention_mask  (E, L) long
@@ -30,9 +41,13 @@ episode view (one row per episode, E rows), the growing sequence exactly as gene
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from arborl.data.batch import Batch
-from arborl.rollout.episode import EpisodeState
+from arborl.rollout.episode import EpisodeState, TurnRecord
+
+CHOICE_KEYS = ("cand_ids", "cand_mask", "cand_norm", "chosen")
+"""The score-mode columns from which the update recomputes each row's categorical."""
 
 
 def build_batch(episodes: list[EpisodeState], view: str, pad_token_id: int) -> Batch:
@@ -51,18 +66,25 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
                 f"episode {ep.traj_id} turn {i} has no token ids; only LM policies give a batch"
             )
     num_rows = len(rows)
+    scored = sum(t.choice is not None for _, _, t in rows)
+    if scored not in (0, num_rows):
+        raise ValueError(
+            f"{scored} of {num_rows} turns were scored choices and the rest generated; one "
+            "batch holds one agent.action_mode"
+        )
+    responses = [_response(t) for _, _, t in rows]
     p_len = max((len(t.prompt_ids) for _, _, t in rows), default=0)
-    a_len = max((len(t.response_ids) for _, _, t in rows), default=0)
+    a_len = max((len(r) for r, _ in responses), default=0)
     # Rows are laid out as Python lists and converted once per tensor: a few tensor ops
     # per row cost more than the whole conversion (an RL step has ~1,500 rows).
     ids, mask, resp_mask, logp = [], [], [], []
-    for _, _, t in rows:
-        p, a = len(t.prompt_ids), len(t.response_ids)
-        ids.append([pad_token_id] * (p_len - p) + [*t.prompt_ids, *t.response_ids])
+    for (_, _, t), (response, logprobs) in zip(rows, responses):
+        p, a = len(t.prompt_ids), len(response)
+        ids.append([pad_token_id] * (p_len - p) + [*t.prompt_ids, *response])
         ids[-1] += [pad_token_id] * (a_len - a)
         mask.append([0] * (p_len - p) + [1] * (p + a) + [0] * (a_len - a))
         resp_mask.append([1.0] * a + [0.0] * (a_len - a))
-        logp.append([*t.logprobs, *[0.0] * (a_len - a)])
+        logp.append([*logprobs, *[0.0] * (a_len - a)])
     width = p_len + a_len
     input_ids = torch.tensor(ids, dtype=torch.long).view(num_rows, width)
     attention_mask = torch.tensor(mask, dtype=torch.long).view(num_rows, width)
@@ -77,6 +99,8 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
         "episode_return": torch.tensor([ep.total_return for ep, _, _ in rows], dtype=torch.float32),
         "won": torch.tensor([ep.won for ep, _, _ in rows], dtype=torch.bool),
     }
+    if scored:
+        tensors.update(choice_tensors([t for _, _, t in rows], pad_token_id))
     fields = {
         "traj_id": lambda ep, i, t: ep.traj_id,
         "step": lambda ep, i, t: i,
@@ -99,6 +123,51 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
     info = {"view": "step", "prompt_length": p_len, "response_length": a_len}
     info["pad_token_id"] = pad_token_id
     return Batch.from_dict(tensors, _object_meta(meta, ("anchor",)), info)
+
+
+def _response(t: TurnRecord) -> tuple[list[int], list[float]]:
+    """A row's response tokens and their old logprobs: as generated, or for a scored
+    choice one token (the candidate's first) carrying the categorical's logprob."""
+    if t.choice is None:
+        return t.response_ids, t.logprobs
+    return t.choice.token_ids[t.choice.chosen][:1], [t.choice.logp]
+
+
+def choice_tensors(turns: list[TurnRecord], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """`CHOICE_KEYS` of scored turns: (R, K, L) candidates padded to the most candidates
+    and the longest candidate of the batch."""
+    num_rows = len(turns)
+    k = max(len(t.choice.token_ids) for t in turns)
+    length = max(len(ids) for t in turns for ids in t.choice.token_ids)
+    ids, mask, norm = [], [], []
+    for t in turns:
+        c = t.choice
+        for cand in c.token_ids:
+            ids.append([*cand, *[pad_token_id] * (length - len(cand))])
+            mask.append([1] * len(cand) + [0] * (length - len(cand)))
+        ids += [[pad_token_id] * length] * (k - len(c.token_ids))
+        mask += [[0] * length] * (k - len(c.token_ids))
+        norm.append([*c.norms, *[1.0] * (k - len(c.norms))])
+    return {
+        "cand_ids": torch.tensor(ids, dtype=torch.long).view(num_rows, k, length),
+        "cand_mask": torch.tensor(mask, dtype=torch.long).view(num_rows, k, length),
+        "cand_norm": torch.tensor(norm, dtype=torch.float32).view(num_rows, k),
+        "chosen": torch.tensor([t.choice.chosen for t in turns], dtype=torch.long),
+    }
+
+
+def pad_choices(batch: Batch, num_candidates: int, length: int, pad_token_id: int) -> Batch:
+    """`batch` with its `CHOICE_KEYS` padded to `num_candidates` x `length` (to merge
+    batches built apart, e.g. by several rollout workers); as is without them."""
+    if "cand_ids" not in batch.tensors:
+        return batch
+    _, k, l0 = batch.tensors["cand_ids"].shape
+    pad3 = (0, length - l0, 0, num_candidates - k)
+    tensors = dict(batch.tensors)
+    tensors["cand_ids"] = F.pad(tensors["cand_ids"], pad3, value=pad_token_id)
+    tensors["cand_mask"] = F.pad(tensors["cand_mask"], pad3)
+    tensors["cand_norm"] = F.pad(tensors["cand_norm"], (0, num_candidates - k), value=1.0)
+    return Batch(tensors, batch.meta, dict(batch.info))
 
 
 def _nan_if_none(x) -> float:

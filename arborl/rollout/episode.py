@@ -21,6 +21,24 @@ to an out-of-process env (`info["env_error"]`)."""
 
 
 @dataclass
+class ScoredChoice:
+    """`agent.action_mode=score`: the candidates one turn chose among, enough to recompute
+    its categorical in the update (`arborl.models.candidates`)."""
+
+    actions: list[str]
+    """The env's available actions, in its order (duplicates dropped)."""
+    token_ids: list[list[int]]
+    """Each candidate's response tokens (its rendered text and the end-of-turn token)."""
+    norms: list[float]
+    """Each candidate's score divisor under `agent.score_norm` (1, #tokens or #words)."""
+    chosen: int
+    """Index of the sampled candidate."""
+    logp: float
+    """Log-probability of the chosen candidate under the categorical, at the rollout
+    temperature (the `old_logp` of its training row)."""
+
+
+@dataclass
 class TurnRecord:
     """One turn of one episode."""
 
@@ -52,6 +70,8 @@ class TurnRecord:
     """'stop' (end token or stop string) or 'length' (turn or episode budget reached)."""
     prompt_truncated: bool = False
     """The prompt was left-truncated to `max_prompt_tokens`."""
+    choice: ScoredChoice | None = None
+    """Score mode: the candidates and the choice (None for generated turns)."""
 
     @property
     def valid_action(self) -> bool:

@@ -31,7 +31,7 @@ from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig, with_turn_limit
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
 from arborl.rollout.metrics import episode_stats
-from arborl.rollout.policies import Decision, LMPolicy, Policy
+from arborl.rollout.policies import Decision, LMPolicy, Policy, make_lm_policy
 from arborl.rollout.scheduler import run_async
 
 
@@ -124,6 +124,7 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
         logprobs=d.logprobs,
         finish_reason=d.finish_reason,
         prompt_truncated=d.prompt_truncated,
+        choice=d.choice,
     )
     ep.turns.append(turn)
     ep.observation, ep.info = result.obs, result.info
@@ -277,7 +278,7 @@ def run_rollout(
     `arborl.rollout.batching` for the exact tensors). Trajectories and stats as in
     `run_episodes_with_policy`.
     """
-    policy = LMPolicy(backend, tokenizer, cfg, agent_cfg or AgentConfig())
+    policy = make_lm_policy(backend, tokenizer, cfg, agent_cfg or AgentConfig())
     result = run_episodes_with_policy(
         policy, pool_or_env_id, seeds, cfg, split=split, env_kwargs=env_kwargs, progress=progress
     )

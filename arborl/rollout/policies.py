@@ -28,10 +28,11 @@ from arborl.agent import (
     stop_strings,
     user_content,
 )
+from arborl.agent.config import ACTION_MODES
 from arborl.generation.base import MAX_SEED, GenerationBackend, SamplingParams, row_seed
 from arborl.registry import Registry
 from arborl.rollout.config import RolloutConfig
-from arborl.rollout.episode import EpisodeState
+from arborl.rollout.episode import EpisodeState, ScoredChoice
 
 PROMPT_CACHE_SIZE = 4096
 """Rendered prompts an `LMPolicy` keeps (cleared when full)."""
@@ -52,6 +53,8 @@ class Decision:
     finish_reason: str = "stop"
     prompt_truncated: bool = False
     end_reason: str = ""
+    choice: ScoredChoice | None = None
+    """Score mode (`agent.action_mode=score`): the candidates and the one chosen."""
 
 
 class Policy(Protocol):
@@ -295,4 +298,17 @@ def make_policy(
             f"policy {spec!r} is not one of {BASELINE_POLICIES.names()} and no model could be "
             f"made from it: {e}"
         ) from e
-    return LMPolicy(backend, tok, cfg, agent_cfg or AgentConfig(), name=spec)
+    return make_lm_policy(backend, tok, cfg, agent_cfg or AgentConfig(), name=spec)
+
+
+def make_lm_policy(
+    backend: GenerationBackend,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+    agent_cfg: AgentConfig,
+    name: str = "lm",
+) -> LMPolicy:
+    """The LM policy of `agent_cfg.action_mode` (`ACTION_MODES`): `LMPolicy` generates
+    each action, `arborl.rollout.action_scoring.ScoringPolicy` scores the env's list."""
+    cls = ACTION_MODES.get(agent_cfg.action_mode)
+    return cls(backend, tokenizer, cfg, agent_cfg, name=name)

@@ -19,7 +19,7 @@ from pathlib import Path
 from arborl.data import write_trajectories
 from arborl.rollout import draw_seeds, run_episodes_with_policy
 from arborl.rollout.metrics import episode_stats, wilson_interval
-from arborl.rollout.policies import LMPolicy
+from arborl.rollout.policies import make_lm_policy
 from arborl.train.build import pool_options
 from arborl.train.config import TrainConfig
 
@@ -41,7 +41,7 @@ def evaluate_share(
     roll = replace(
         cfg.rollout, group_size=1, num_tasks=n, temperature=ev.temperature, seed=sample_seed
     )
-    policy = LMPolicy(backend, tokenizer, roll, cfg.agent)
+    policy = make_lm_policy(backend, tokenizer, roll, cfg.agent)
     options = pool_options(cfg)
     chunk = ev.chunk_episodes or n
     episodes, trajectories = [], []
