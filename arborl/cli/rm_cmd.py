@@ -185,7 +185,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     token, generated = resolve_token(args.token, args.token_file)
     model = RewardModel.from_pretrained(args.model)
     app = create_app(model, token, args.model_name or args.model, args.max_trajectories,
-                     args.batch_size, args.max_steps, args.max_chars)  # fmt: skip
+                     args.batch_size, args.max_steps, args.max_chars,
+                     max_request_s=args.max_request_s)  # fmt: skip
     if generated:
         print(f"no --token or {TOKEN_ENV} given; generated token: {token}", flush=True)
         print(f"clients: export {TOKEN_ENV}={token}", flush=True)
@@ -325,6 +326,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most characters of text per request (more: HTTP 413)",
     )
     p.add_argument("--batch-size", type=int, default=32, help="trajectories per forward pass")
+    p.add_argument(
+        "--max-request-s",
+        type=float,
+        default=300.0,
+        help="longest time one request may hold the model, in seconds; past it the client "
+        "gets 504 (default 300; 0: no limit). Requests take the model in arrival order",
+    )
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     p.set_defaults(func=_cmd_serve)

@@ -40,6 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-rows", type=int, default=256, help="largest prompts x n in one request (default 256)"
     )
+    p.add_argument(
+        "--max-request-s",
+        type=float,
+        default=300.0,
+        help="longest time one request may hold the model, in seconds; past it the client "
+        "gets 504 (default 300; 0: no limit). Requests take the model in arrival order",
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
@@ -73,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_size=args.max_batch_size,
     )
     app = create_app(backend, tokenizer, args.model_name or args.checkpoint, api_key=key,
-                     max_tokens_limit=args.max_tokens, max_rows=args.max_rows)  # fmt: skip
+                     max_tokens_limit=args.max_tokens, max_rows=args.max_rows,
+                     max_request_s=args.max_request_s)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

@@ -25,6 +25,7 @@ from transformers.cache_utils import DynamicLayer
 from arborl.generation.base import Completion, SamplingParams, eos_token_ids, row_seeds_for
 from arborl.generation.lean import LeanDecoder, weights_key
 from arborl.models.scoring import cache_kwarg, position_ids_from_mask
+from arborl.serving.cancel import cancel_point
 
 
 def check_params(params: SamplingParams) -> None:
@@ -309,6 +310,7 @@ class HFBackend:
         active = list(range(num_rows))  # original row of each batch row
         step = 0
         while True:
+            cancel_point()  # a server's request whose client left, or over its time, ends here
             u = uniforms[active, step]  # (b,)
             banned = params.banned_first_tokens if step == 0 else None
             chosen, logp = sample_next(logits, params, u, banned)  # (b,), (b,)

@@ -5,8 +5,11 @@ checkpoint, and lets rollout workers on other machines share one model. Endpoint
 `/v1/models`, `/v1/completions`, `/v1/chat/completions` (both with `stream`), `/health`.
 
 Design choices:
-* Requests are served one at a time under a lock; a request with a list of prompts (or
-  `n > 1`) is one batched `generate` call, which is how rollouts should call it.
+* Requests take the model one at a time, in arrival order (a fair queue), and each holds
+  it for at most `max_request_s` (`--max-request-s`, default 300 s; past it a 504 names the
+  limit). A client that disconnects, waiting or generating, stops its request within one
+  decode step (`arborl.serving.cancel`). A request with a list of prompts (or `n > 1`) is
+  one batched `generate` call, which is how rollouts should call it.
 * Streaming is post-hoc: the completion is generated whole, then sent as one SSE chunk per
   token. Clients see the streaming protocol; time-to-first-token is the full latency.
 * Bounded: `max_tokens` (at most the model's context, `max_tokens_limit`), rows
@@ -26,10 +29,10 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -39,10 +42,21 @@ from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
 from arborl.generation.token_bytes import token_bytes
-from arborl.serving import DEFAULT_LIMITS, Guard, Limits, install_handlers, openai_error
+from arborl.serving import (
+    DEFAULT_LIMITS,
+    Guard,
+    Limits,
+    ModelQueue,
+    install_handlers,
+    openai_error,
+    run_request,
+)
 
 MAX_ROWS = 256
 """Default cap on prompts x n in one request (each row is a sequence generated)."""
+MAX_REQUEST_S = 300.0
+"""Default longest time one request may hold the model (seconds; `--max-request-s`)."""
+FLAG = "`arborl serve --max-request-s`"
 
 
 class _Base(BaseModel):
@@ -158,15 +172,19 @@ def create_app(
     max_tokens_limit: int | None = None,
     max_rows: int = MAX_ROWS,
     limits: Limits = DEFAULT_LIMITS,
+    max_request_s: float | None = MAX_REQUEST_S,
 ) -> FastAPI:
     """Build the FastAPI app serving `backend` under the model id `model_name`.
 
     With `api_key`, every route but `/health` needs `Authorization: Bearer <api_key>` (else
     401, before the body is read). `default_max_tokens` applies to chat requests that give
     no limit; `max_tokens_limit` (default: the model context) bounds every request.
+    `max_request_s` (None or 0: no limit) bounds how long one request holds the model.
     """
+    if max_request_s is not None and not max_request_s >= 0:
+        raise ValueError(f"max_request_s={max_request_s} must be >= 0 (0: no limit)")
     app = FastAPI(title="arborl serve", version="1")
-    lock = threading.Lock()
+    queue = ModelQueue()
     created = int(time.time())
     context = int(getattr(backend, "max_length", 0) or 0)
     max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
@@ -201,7 +219,7 @@ def create_app(
         )
         repeated = [p for p in prompts for _ in range(req.n)]
         try:
-            with lock:
+            with queue.hold():
                 return backend.generate(repeated, params)
         except ValueError as e:
             raise APIError(400, str(e)) from e
@@ -225,7 +243,14 @@ def create_app(
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
-    def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, request: Request):
+        return await run_request(request, partial(complete, req), max_request_s, FLAG)
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest, request: Request):
+        return await run_request(request, partial(chat_complete, req), max_request_s, FLAG)
+
+    def complete(req: CompletionRequest):
         check_model(req)
         if req.echo:
             raise APIError(400, "echo=true is not supported; set echo=false")
@@ -274,8 +299,7 @@ def create_app(
             ch.pop("pieces")
         return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
 
-    @app.post("/v1/chat/completions")
-    def chat(req: ChatRequest):
+    def chat_complete(req: ChatRequest):
         check_model(req)
         try:
             text = tokenizer.apply_chat_template(

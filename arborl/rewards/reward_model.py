@@ -32,6 +32,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedTokenizer
 from arborl.data.trajectory import Trajectory
 from arborl.models.loading import MODEL_PRESETS, load_tokenizer, resolve_dtype, seeded
 from arborl.models.scoring import position_ids_from_mask
+from arborl.serving.cancel import cancel_point
 
 RM_CONFIG_FILE = "arborl_rm.json"
 """arborl's settings of a saved reward model, next to the HF files."""
@@ -315,11 +316,13 @@ class RewardModel(nn.Module):
         return self.net.score(hidden).squeeze(-1).float()  # (B, T)
 
     def encode(self, trajectories: Sequence[Trajectory]) -> list[EncodedTrajectory]:
-        return [
-            encode_trajectory(self.tokenizer, t, self.max_length, self.include_instruction,
-                              self.max_history_steps, self.score_after_observation)
-            for t in trajectories
-        ]  # fmt: skip
+        out = []
+        for t in trajectories:
+            cancel_point()  # rendering 1000 trajectories takes seconds: `rm serve` may stop
+            out.append(encode_trajectory(self.tokenizer, t, self.max_length,
+                                         self.include_instruction, self.max_history_steps,
+                                         self.score_after_observation))  # fmt: skip
+        return out
 
     def step_scores(
         self, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -338,15 +341,18 @@ class RewardModel(nn.Module):
         self.eval()
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i].ids))
         out: list[list[float]] = [[] for _ in encoded]
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            batch = collate([encoded[i] for i in rows], self.tokenizer.pad_token_id)
-            scores, valid = self.step_scores(batch)
-            for r, i in enumerate(rows):
-                n = len(encoded[i].step_ends)
-                vals = torch.where(valid[r, :n], scores[r, :n], torch.nan)
-                out[i] = [float(v) for v in vals]
-        self.train(was_training)
+        try:
+            for start in range(0, len(order), batch_size):
+                cancel_point()  # `rm serve`: a request whose client left, or over its time
+                rows = order[start : start + batch_size]
+                batch = collate([encoded[i] for i in rows], self.tokenizer.pad_token_id)
+                scores, valid = self.step_scores(batch)
+                for r, i in enumerate(rows):
+                    n = len(encoded[i].step_ends)
+                    vals = torch.where(valid[r, :n], scores[r, :n], torch.nan)
+                    out[i] = [float(v) for v in vals]
+        finally:
+            self.train(was_training)
         return out
 
     def score_steps(

@@ -18,15 +18,18 @@ with the matching status (401 auth, 400 bad records, 413 too many trajectories, 
 characters, 422 malformed body). Auth runs before the body is read and the body size and
 JSON depth are bounded (the shared `arborl.serving.Guard`); each trajectory's steps
 (`max_steps`) and the request's text (`max_chars`) are capped before anything is
-tokenized, since scoring re-renders every step's prefix. Requests are scored one at a time
-under a lock, each as batched forward passes.
+tokenized, since scoring re-renders every step's prefix. Requests take the model one at a
+time in arrival order (a fair queue), each scored as batched forward passes, and hold it
+for at most `max_request_s` (`--max-request-s`, default 300 s; past it a 504 names the
+limit). A client that disconnects, waiting or being scored, stops its request before the
+next forward batch (`arborl.serving.cancel`).
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-import threading
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,11 +41,16 @@ from arborl.serving import (
     DEFAULT_LIMITS,
     Guard,
     Limits,
+    ModelQueue,
     install_handlers,
     openai_error,
     resolve_key,
+    run_request,
 )
 
+MAX_REQUEST_S = 300.0
+"""Default longest time one request may hold the model (seconds; `--max-request-s`)."""
+FLAG = "`arborl rm serve --max-request-s`"
 TOKEN_ENV = "ARBORL_TOKEN"
 """Environment variable holding the bearer token when `--token` is not given."""
 
@@ -116,12 +124,16 @@ def create_app(
     max_steps: int = 256,
     max_chars: int = 1_000_000,
     limits: Limits = DEFAULT_LIMITS,
+    max_request_s: float | None = MAX_REQUEST_S,
 ) -> FastAPI:
-    """The FastAPI app scoring with `model` (a `RewardModel`); `token` is required."""
+    """The FastAPI app scoring with `model` (a `RewardModel`); `token` is required.
+    `max_request_s` (None or 0: no limit) bounds how long one request holds the model."""
     if not token:
         raise ValueError("token is empty; the reward-model server always requires one")
+    if max_request_s is not None and not max_request_s >= 0:
+        raise ValueError(f"max_request_s={max_request_s} must be >= 0 (0: no limit)")
     app = FastAPI(title="arborl rm serve", version="1")
-    lock = threading.Lock()
+    queue = ModelQueue()
     install_handlers(app, render_error)
     app.add_middleware(
         Guard, token=token, render=render_error, limits=limits, auth_kind="authentication_error"
@@ -140,7 +152,10 @@ def create_app(
         return {"model": model_name, **model.settings()}
 
     @app.post("/v1/score")
-    def score(req: ScoreRequest) -> dict:
+    async def score(req: ScoreRequest, request: Request) -> dict:
+        return await run_request(request, partial(score_now, req), max_request_s, FLAG)
+
+    def score_now(req: ScoreRequest) -> dict:
         if len(req.trajectories) > max_trajectories:
             raise RMServerError(
                 413, f"{len(req.trajectories)} trajectories in one request; send at most "
@@ -161,7 +176,7 @@ def create_app(
             if not traj.steps:
                 raise RMServerError(400, f"trajectories[{i}] has no steps; nothing to score")
             trajs.append(traj)
-        with lock:
+        with queue.hold():
             if req.last_only:
                 last = model.score(trajs, batch_size=req.batch_size or batch_size)
                 return {"scores": [_finite(x) for x in last]}

@@ -5,7 +5,9 @@ server (`arborl rm serve`) all wrap their app in `Guard` (bearer token checked i
 time before any body is read, body size and JSON depth bounded, `/health` the only open
 route, so `/docs` and `/openapi.json` need the token too) and take their keys from
 `resolve_key` (flag, then environment variable, then file) and their bind check from
-`check_bind` (no non-loopback host without a key). Standard library only, so it sits low in
+`check_bind` (no non-loopback host without a key). The model servers also share
+`arborl.serving.cancel`: requests take the model in turn, for at most `max_request_s`
+each, and stop when their client disconnects. Standard library only, so it sits low in
 the layering and every server may import it; see docs/security.md.
 """
 
@@ -18,17 +20,22 @@ from arborl.serving.auth import (
     json_depth,
     resolve_key,
 )
+from arborl.serving.cancel import Cancelled, ModelQueue, cancel_point, run_request
 from arborl.serving.guard import Guard, install_handlers, openai_error
 
 __all__ = [
+    "Cancelled",
     "DEFAULT_LIMITS",
     "Guard",
     "install_handlers",
     "Limits",
+    "ModelQueue",
     "bearer_ok",
+    "cancel_point",
     "check_bind",
     "is_loopback",
     "json_depth",
     "openai_error",
     "resolve_key",
+    "run_request",
 ]

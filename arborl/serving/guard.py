@@ -90,10 +90,14 @@ def openai_error(status: int, kind: str, message: str) -> dict:
 def install_handlers(app: Any, render: Render) -> None:
     """JSON errors in the server's shape for FastAPI's own failures: a malformed body is
     422 naming the field (the input is never echoed, so a NaN in it cannot break the
-    reply), an HTTP error keeps its status, anything else is a 500 without a traceback."""
+    reply), an HTTP error keeps its status, a request stopped by `arborl.serving.cancel`
+    is 504 (over its time) or 499 (client gone), anything else is a 500 without a
+    traceback."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
+
+    from arborl.serving.cancel import Cancelled
 
     def reply(status: int, kind: str, message: str) -> JSONResponse:
         return JSONResponse(render(status, kind, message), status_code=status)
@@ -109,6 +113,11 @@ def install_handlers(app: Any, render: Render) -> None:
     @app.exception_handler(HTTPException)
     async def _http(_request: Any, e: HTTPException) -> JSONResponse:
         return reply(e.status_code, "http_error", str(e.detail))
+
+    @app.exception_handler(Cancelled)
+    async def _cancelled(_request: Any, e: Cancelled) -> JSONResponse:
+        kind = "request_timeout" if e.reason == "deadline" else "client_closed_request"
+        return reply(e.status, kind, e.message)
 
     @app.exception_handler(Exception)
     async def _internal(_request: Any, e: Exception) -> JSONResponse:

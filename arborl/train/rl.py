@@ -54,6 +54,7 @@ from arborl.train.engine import (
     Engine,
     RolloutPlan,
     check_engine,
+    choice_keys,
     resolve_engine,
 )
 from arborl.train.evaluate import paired_gain, record_evaluation
@@ -200,7 +201,8 @@ class RLTrainer:
         metrics["rollout/env_errors"] = float(num_errors)
         with timer.phase("update"):
             if len(train):
-                keys = ACTOR_KEYS + (("ref_logp",) if "ref_logp" in train else ())
+                keys = ACTOR_KEYS + choice_keys(train)
+                keys += ("ref_logp",) if "ref_logp" in train else ()
                 actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
                 critic_mbs = (
                     minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
