@@ -42,6 +42,7 @@ from arborl.train.engine import (
     RolloutOutput,
     RolloutPlan,
     check_no_engine_options,
+    choice_keys,
 )
 from arborl.train.evaluate import summarize_eval
 from arborl.train.update import UpdateResult
@@ -202,7 +203,8 @@ class RayEngine:
         return self.fleet.launch("rollout", parts, self.version), time.perf_counter()
 
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
-        ref = self.train_group.call("ref_logp", batch.select(*SCORE_KEYS), temperature)
+        keys = SCORE_KEYS + choice_keys(batch)  # scored choices: their candidates too
+        ref = self.train_group.call("ref_logp", batch.select(*keys), temperature)
         return ref.tensors["ref_logp"]
 
     def values(self, batch: Batch) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from arborl.data import Batch
+from arborl.rollout.batching import pad_choices
 from arborl.rollout.metrics import episode_stats
 
 # step view: (R, P + A) tensors whose first P columns are the left-padded prompt.
@@ -31,7 +32,7 @@ def _relayout_step(b: Batch, p_len: int, a_len: int, pad_id: int) -> Batch:
             prompt = F.pad(v[:, :p0], (p_len - p0, 0), value=fill)
             response = F.pad(v[:, p0:], (0, a_len - a0), value=fill)
             tensors[k] = torch.cat([prompt, response], dim=1)  # (R, P + A)
-        elif v.dim() == 2 and v.shape[1] == a0:
+        elif v.dim() == 2 and v.shape[1] == a0 and k != "cand_norm":
             tensors[k] = F.pad(v, (0, a_len - a0))  # (R, A) response-aligned
         else:
             tensors[k] = v
@@ -62,7 +63,12 @@ def merge_batches(parts: Sequence[Batch]) -> Batch:
     if view == "step":
         p_len = max(int(b.info["prompt_length"]) for b in parts)
         a_len = max(int(b.info["response_length"]) for b in parts)
-        return Batch.concat([_relayout_step(b, p_len, a_len, pad_id) for b in parts])
+        parts = [_relayout_step(b, p_len, a_len, pad_id) for b in parts]
+        if "cand_ids" in parts[0].tensors:  # scored choices: common (K, L) candidates
+            k = max(b.tensors["cand_ids"].shape[1] for b in parts)
+            length = max(b.tensors["cand_ids"].shape[2] for b in parts)
+            parts = [pad_choices(b, k, length, pad_id) for b in parts]
+        return Batch.concat(parts)
     length = max(b.tensors["input_ids"].shape[1] for b in parts)
     return Batch.concat([_relayout_episode(b, length, pad_id) for b in parts])
 

@@ -405,6 +405,13 @@ class TrainConfig:
                 "rewards, advantages and update read step-view rows); set rollout.view=step "
                 "(the episode view serves `run_rollout` and rescoring checks)"
             )
+        if self.agent.action_mode == "score" and self.rollout.mode != "flat":
+            raise ConfigError(
+                f"agent.action_mode=score rolls out flat episodes; rollout.mode="
+                f"{self.rollout.mode!r} grows search trees by generating (their proposers do "
+                "not score the env's action list yet): set rollout.mode=flat or "
+                "agent.action_mode=generate"
+            )
 
 
 def load_train_config(

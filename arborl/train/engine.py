@@ -38,7 +38,7 @@ from arborl.data import Batch
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel
 from arborl.registry import Registry, UnknownNameError
-from arborl.rollout import RolloutConfig
+from arborl.rollout import CHOICE_KEYS, RolloutConfig
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_policy
@@ -149,6 +149,12 @@ ACTOR_KEYS = ("input_ids", "attention_mask", "response_mask", "old_logp", "adv",
 CRITIC_KEYS = ("input_ids", "attention_mask", "response_mask", "returns", "old_values")
 SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
 """The Batch columns each kind of model work reads (what an engine may ship to workers)."""
+
+
+def choice_keys(batch: Batch) -> tuple[str, ...]:
+    """The score-mode columns `batch` holds (`CHOICE_KEYS`, none for generated rows): the
+    actor update and the reference read them beside `ACTOR_KEYS` / `SCORE_KEYS`."""
+    return tuple(k for k in CHOICE_KEYS if k in batch.tensors)
 
 
 def resolve_engine(name: str) -> type:

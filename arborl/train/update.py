@@ -19,6 +19,13 @@ response of every row starts at column P, so `token_logprobs(...)[:, P-1:]` scor
 the LM head on response positions only and encodes a prompt shared by several rows once.
 Each micro-batch is cut to its own longest prompt and response, so short rows do not pay
 for the batch's longest one.
+
+Rows of scored choices (`agent.action_mode=score`, the `CHOICE_KEYS` of
+`arborl.rollout.batching`) go through the same loss code: `response_logp` gives each such
+row one "token", the chosen candidate's log-probability under the categorical recomputed
+from its candidates, and the entropy of that categorical, so the ratio, clipping, KL
+(`score_rows` for the reference) and entropy are the categorical's. Generated rows never
+reach that branch.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import torch
 
 from arborl import algos
 from arborl.data import Batch
+from arborl.models.candidates import candidate_token_logp, choice_entropy, choice_logp
 from arborl.models.scoring import distinct_rows, response_logits
 
 
@@ -60,6 +68,8 @@ def micro_batches(
         p_len = int(batch.info["prompt_length"])
         prompts = attn[:, :p_len].sum(-1).tolist()
         responses = batch.tensors["response_mask"].sum(-1).long().tolist()
+        if "cand_mask" in batch.tensors:  # scored choices: every candidate's tokens run
+            responses = batch.tensors["cand_mask"].sum((1, 2)).long().tolist()
     else:
         prompts, responses = attn.sum(-1).tolist(), [0] * len(batch)
     out, start, max_p, max_r, distinct = [], 0, 0, 0, 0
@@ -116,7 +126,10 @@ def response_logp(
     """(B, A') logprobs of the response tokens (and entropies) of micro-batch `mb`.
 
     `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
-    only: one softmax over the response logits, no extra memory kept for backward)."""
+    only: one softmax over the response logits, no extra memory kept for backward).
+    Rows of scored choices: `choice_response_logp`."""
+    if "cand_ids" in mb.tensors:
+        return choice_response_logp(model, mb, prompt_len, temperature, with_entropy, entropy_grad)
     ids, attn, p, a = _trim(mb, prompt_len)
     logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
     if temperature > 0 and temperature != 1.0:
@@ -128,6 +141,30 @@ def response_logp(
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = algos.entropy_from_logits(logits if entropy_grad else logits.detach())
     return logp, entropy, a
+
+
+def choice_response_logp(
+    model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool,
+    entropy_grad: bool = True,
+):  # fmt: skip
+    """`response_logp` of rows of scored choices: (B, 1) log-probability of each row's
+    chosen candidate under its categorical at `temperature`, (B, 1) the categorical's
+    entropy (or None), and A' = 1. The candidates are scored with
+    `arborl.models.candidates.candidate_token_logp`, the rollout's own function."""
+    ids, attn, p, _ = _trim(mb, prompt_len)
+    cand_mask = mb.tensors["cand_mask"]
+    length = int(cand_mask.sum(-1).max())  # (B, K, L) -> longest candidate of mb
+    cand_ids, cand_mask = mb.tensors["cand_ids"][..., :length], cand_mask[..., :length]
+    token_logp = candidate_token_logp(model, ids[:, :p], attn[:, :p], cand_ids, cand_mask)
+    valid = cand_mask.bool().any(-1)  # (B, K)
+    logp_all = choice_logp(token_logp, mb.tensors["cand_norm"], valid, temperature)  # (B, K)
+    logp = logp_all.gather(-1, mb.tensors["chosen"][:, None])  # (B, 1)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            src = logp_all if entropy_grad else logp_all.detach()
+            entropy = choice_entropy(src, valid)[:, None]  # (B, 1)
+    return logp, entropy, 1
 
 
 class Comm(Protocol):

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from arborl.config import ConfigError
 from arborl.train.config import TrainConfig
 from arborl.train.engine import LocalEngine
 
@@ -47,6 +48,16 @@ class VLLMEngine(LocalEngine):
     episodes included), update, save and load code is the local engine's own."""
 
     name = "vllm"
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        super().check_config(cfg)
+        if cfg.agent.action_mode == "score":
+            raise ConfigError(
+                "agent.action_mode=score scores candidates with the policy's forward pass; "
+                "the vLLM engine only generates (prompt logprobs are not wired in): use "
+                "trainer.engine=local (or ray) for scoring, or agent.action_mode=generate"
+            )
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:
         # Tensors cannot cross the multiprocess engine's msgpack boundary (weight sync).

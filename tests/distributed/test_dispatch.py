@@ -85,3 +85,25 @@ def test_merge_relays_step_rows_to_the_common_prompt_and_response_columns():
     assert m.tensors["attention_mask"].tolist() == [[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
     assert m.tensors["response_mask"].tolist() == [[1, 0], [1, 1]]
     assert m.meta["group_id"].tolist() == [0, 1]
+
+
+def test_merge_pads_scored_choices_to_the_common_candidates():
+    # Score mode: worker a saw 1 candidate of 2 tokens, worker b 2 candidates of up to 3.
+    a, b = _step_part([[1, 2]], [[3]], 0), _step_part([[4]], [[5]], 1)
+    a.tensors.update(
+        cand_ids=torch.tensor([[[3, 0]]]),
+        cand_mask=torch.tensor([[[1, 1]]]),
+        cand_norm=torch.tensor([[2.0]]),
+        chosen=torch.tensor([0]),
+    )
+    b.tensors.update(
+        cand_ids=torch.tensor([[[5, 6, 0], [7, 0, 9]]]),
+        cand_mask=torch.tensor([[[1, 1, 1], [1, 1, 0]]]),
+        cand_norm=torch.tensor([[3.0, 2.0]]),
+        chosen=torch.tensor([1]),
+    )
+    m = merge_batches([a, b])
+    assert m.tensors["cand_ids"].tolist() == [[[3, 0, 9], [9, 9, 9]], [[5, 6, 0], [7, 0, 9]]]
+    assert m.tensors["cand_mask"].tolist() == [[[1, 1, 0], [0, 0, 0]], [[1, 1, 1], [1, 1, 0]]]
+    assert m.tensors["cand_norm"].tolist() == [[2.0, 1.0], [3.0, 2.0]]  # empty slot: 1
+    assert m.tensors["chosen"].tolist() == [0, 1]

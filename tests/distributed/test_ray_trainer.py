@@ -175,3 +175,20 @@ def test_bad_ray_settings_fail_before_any_work(tmp_path):
         RLTrainer(_cfg(tmp_path, "bad", "ray.placement=colocated", "ray.num_train_ranks=2"))
     with pytest.raises(ConfigError, match="needs ray.placement=split"):
         RLTrainer(_cfg(tmp_path, "bad", "ray.placement=colocated", "ray.one_step_off=true"))
+
+
+@pytest.mark.slow
+def test_score_mode_trains_on_ray(ray_instance, tmp_path):
+    # agent.action_mode=score on 2 rollout workers (their batches merged, candidates padded
+    # to a common K x L) and 2 FSDP train ranks (the reference and the update recompute the
+    # categorical): no invalid action, and on-policy the recomputed categorical gives the
+    # workers' log-probs back (one minibatch per step: ratio 1).
+    cfg = _cfg(tmp_path, "score", "sft.enabled=false", "trainer.total_steps=2",
+               "agent.action_mode=score", "algo.kl_coef=0.05", "ray.num_train_ranks=2",
+               "ray.num_rollout_workers=2", "reward.sources={env: 1.0, potential: 0.1}")  # fmt: skip
+    assert RLTrainer(cfg).fit()["steps"] == 2
+    recs = _rl_records(tmp_path / "score")
+    assert [r["train/invalid_rate"] for r in recs] == [0.0, 0.0]
+    for r in recs:
+        assert r["actor/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert 0.0 < r["actor/entropy"] <= 1.3863

@@ -94,13 +94,21 @@ RAY = [
     "trainer.engine=ray", "ray.num_train_ranks=2", "ray.num_rollout_workers=2",
     "ray.cpus_per_worker=0.25", "algo.kl_coef=0.05",
 ]  # fmt: skip
+# Score mode (agent.action_mode=score): every action is one of Maze's, so potential shaping
+# rather than the invalid-action penalty gives the groups mixed returns; a KL term, so the
+# reference's categorical log-probs are part of the resumed state too.
+SCORE = [
+    "agent.action_mode=score",
+    "reward.sources={env: 1.0, potential: 0.1}",
+    "algo.kl_coef=0.05",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "algo,engine",
-    [("grpo", []), ("ppo", []), ("grpo", RAY), ("grpo", LORA)],
-    ids=["grpo", "ppo", "grpo-ray", "grpo-lora"],
+    [("grpo", []), ("ppo", []), ("grpo", RAY), ("grpo", LORA), ("grpo", SCORE)],
+    ids=["grpo", "ppo", "grpo-ray", "grpo-lora", "grpo-score"],
 )
 def test_kill_and_resume_is_bit_exact(algo, engine, tmp_path):
     common = [f"algo={algo}", f"trainer.output_dir={tmp_path}", *engine]
