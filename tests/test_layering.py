@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "arborl": 0,  # arborl/__init__.py runs on every `import arborl.x`: it must stay empty
     "arborl.registry": 0,  # the one registry helper, stdlib only
     "arborl.lazy": 0,  # PEP 562 lazy package exports, stdlib only
+    "arborl.progress": 0,  # progress bars or plain lines, stdlib (+ lazy tqdm)
     "arborl.config": 0,  # typed dataclass configs + YAML: a leaf any component's config may use
     # 1: the bottom packages of ARCHITECTURE.md.
     "arborl.algos": 1,

@@ -49,8 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     """One table row: run `policy_spec` on the shared tasks and summarise."""
-    from tqdm import tqdm
-
+    from arborl.progress import progress
     from arborl.rollout import collect_episodes, make_policy
 
     if args.algo is not None and policy_spec == args.policy:
@@ -58,7 +57,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
 
     cfg, agent = configs_from_args(args, group_size=1)
     policy = make_policy(policy_spec, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
-    bar = tqdm(total=args.num_episodes, desc=f"{policy_spec} episodes", disable=args.no_progress)
+    bar = progress(args.num_episodes, f"{policy_spec} episodes", disable=args.no_progress)
     try:
         result = collect_episodes(
             policy,

@@ -67,7 +67,10 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from arborl.progress import quiet_foreign_bars
+
     argv = sys.argv[1:] if argv is None else list(argv)
+    quiet_foreign_bars()  # in a log file, other libraries' tqdm bars are carriage-return soup
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
         help="write a self-contained report.html of one run, or compare several runs",
-        description="Curves (held-out success with 95%% intervals and random/oracle lines, "
+        description="Curves (held-out success with 95% intervals and random/oracle lines, "
         "training success, rewards, diagnostics, throughput), readable episodes, search "
         "trees and the config of one run dir or several (overlaid, with a config diff).",
     )

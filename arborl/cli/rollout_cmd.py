@@ -209,9 +209,8 @@ def append_trajectories(path: Path, trajectories) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from arborl.data import write_trajectories
+    from arborl.progress import progress
     from arborl.rollout import collect_episodes, make_policy
 
     if not str(args.out).endswith((".jsonl", ".parquet")):
@@ -221,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
     partial = partial_path(args.out)
     partial.unlink(missing_ok=True)  # a killed earlier run's leftovers: this run redoes them
-    with tqdm(total=args.num_episodes, desc="episodes", disable=args.no_progress) as bar:
+    with progress(args.num_episodes, "episodes", disable=args.no_progress) as bar:
         result = collect_episodes(
             policy,
             args.env,

@@ -2,9 +2,9 @@
 
 `runs/<name>/` holds `config.yaml` (the resolved config), `metrics.jsonl` (one JSON
 object per logged step), TensorBoard event files under `tb/`, and `run.log` (everything
-the run printed through `logging`). The console shows one tqdm progress bar with the key
-live metrics. Metrics are flushed on every write, so a run killed mid-way keeps every
-step it logged.
+the run printed through `logging`). The console shows one progress bar with the key
+live metrics (plain lines when stderr is not a terminal: `arborl.progress`). Metrics are
+flushed on every write, so a run killed mid-way keeps every step it logged.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from arborl.config import dump_yaml
+from arborl.progress import progress
 
 log = logging.getLogger("arborl")
 
@@ -106,7 +105,7 @@ class MetricsLogger:
         self.keys = keys
         self._file = open(run.metrics_path, "a")  # noqa: SIM115 - closed in close()
         self._t0 = time.perf_counter()
-        self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True, disable=disable_bar)
+        self.bar = progress(total, desc, disable=disable_bar, dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, Any], advance: int = 0) -> None:
         record = {"step": step, "time_s": round(time.perf_counter() - self._t0, 3)}

@@ -111,11 +111,10 @@ def run_sft(
     stats: dict[str, float] = {}
     first_loss = None
     # A bar of its own when no logger advances one (the RL trainer logs SFT as one record).
-    from tqdm.auto import tqdm
+    from arborl.progress import progress as progress_bar
 
-    bar = tqdm(
-        total=cfg.steps, desc="SFT", dynamic_ncols=True, disable=logger is not None or not progress
-    )
+    hide = logger is not None or not progress
+    bar = progress_bar(cfg.steps, "SFT", disable=hide, dynamic_ncols=True)
     for step in range(cfg.steps):
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
         batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
