@@ -32,9 +32,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from arborl.train.evaluate import format_success
+    from arborl.train.runlog import RunDirBusy
     from arborl.train.sft import sft_job
 
-    summary = sft_job(cfg)
+    try:
+        summary = sft_job(cfg)
+    except RunDirBusy as e:  # another run writes that folder (raised before any work)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     loss = summary["sft"].get("sft/loss", float("nan"))
     print(f"\nrun: {summary['run_dir']}  ({cfg.sft.steps} SFT steps, final loss {loss:.4f})")
     print(f"policy: {summary['policy']}")

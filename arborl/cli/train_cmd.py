@@ -18,10 +18,13 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from arborl.train.evaluate import format_gain, format_success
     from arborl.train.rl import RLTrainer, TrainingAborted
+    from arborl.train.runlog import RunDirBusy
 
+    # Checked by the trainer before any work: its engine's settings (e.g. engine=ray) and
+    # that no other live trainer writes the run folder.
     try:
         trainer = RLTrainer(cfg)
-    except ConfigError as e:  # settings checked by the trainer itself (e.g. backend=ray)
+    except (ConfigError, RunDirBusy) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:

@@ -5,14 +5,23 @@ object per logged step), TensorBoard event files under `tb/`, and `run.log` (eve
 the run printed through `logging`). The console shows one progress bar with the key
 live metrics (plain lines when stderr is not a terminal: `arborl.progress`). Metrics are
 flushed on every write, so a run killed mid-way keeps every step it logged.
+
+A run folder has one writer: `RunDir` takes an exclusive `flock` on `runs/<name>/.lock` for
+the trainer's life, so a second trainer with the same name stops at once with
+`RunDirBusy` (naming the folder and the holder's pid) instead of interleaving its metrics,
+config and checkpoints with the first. The kernel drops the lock when its holder dies, even
+by kill -9, so a crashed run never leaves the folder stuck.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
+import os
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,20 +46,55 @@ def _scalar(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+LOCK_FILE = ".lock"
+"""The file in a run folder whose `flock` marks the folder's one writer."""
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process holds the run folder's lock."""
+
+
+def _lock(path: Path) -> Any:
+    """Open and exclusively `flock` `path/.lock` (no waiting), write who holds it and return
+    the open file: the lock lasts until that file is closed or the process dies."""
+    f = open(path / LOCK_FILE, "a+")  # noqa: SIM115 - closed in RunDir.close()
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "a process that has not written its pid yet"
+        f.close()
+        raise RunDirBusy(
+            f"run folder {path} is in use by another trainer ({holder}); two trainers in one "
+            "folder would interleave its metrics, config and checkpoints. Give this run "
+            "another trainer.name, or wait for that one to end (then trainer.resume=auto "
+            "continues it)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    since = datetime.now().isoformat(timespec="seconds")
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
+    f.flush()
+    return f
+
+
 @dataclass
 class RunDir:
-    """The folder of one run and its open log handles."""
+    """The folder of one run and its open log handles; its one writer while open (the
+    `.lock` file's flock, released by `close()` or the process's death)."""
 
     path: Path
     metrics_path: Path = field(init=False)
     _tb: Any = field(default=None, init=False, repr=False)
     _handler: logging.Handler | None = field(default=None, init=False, repr=False)
+    _lock_file: Any = field(default=None, init=False, repr=False)
     purge_step: int | None = field(default=None, init=False, repr=False)
     """Set by `MetricsLogger.rewind`: TensorBoard hides events of this step and later
     from earlier writers (a resumed run replays them)."""
 
     def __post_init__(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock(self.path)  # before anything in the folder is written
         self.metrics_path = self.path / "metrics.jsonl"
         self._handler = logging.FileHandler(self.path / "run.log")
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -80,6 +124,9 @@ class RunDir:
             log.removeHandler(self._handler)
             self._handler.close()
             self._handler = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
 
 
 class MetricsLogger:
