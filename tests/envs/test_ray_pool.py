@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from arborl.envs import EnvPool, check_env, make_pool
@@ -75,3 +77,34 @@ def test_local_ray_workers_run_at_the_drivers_priority(ray_cluster):
 
     assert ray.get(niceness.remote()) == os.nice(0)
     assert ray.get(Actor.remote().niceness.remote()) == os.nice(0)
+
+
+def test_a_local_ray_chooses_token_auth_so_ray_does_not_warn_on_every_start(tmp_path):
+    """Ray warns 'Token authentication is enabled for this Ray cluster' whenever a local
+    instance starts with RAY_AUTH_MODE unset; arborl sets the mode Ray would pick."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, ray\n"
+        "from arborl.envs.remote.ray_pool import init_local_ray\n"
+        "init_local_ray(num_cpus=1, log_to_driver=False)\n"
+        "print('mode', os.environ['RAY_AUTH_MODE'])\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mode token" in done.stdout
+    assert "Token authentication" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_mode_the_user_set_is_kept(monkeypatch):
+    from arborl.envs.remote import ray_pool
+
+    seen = {}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(os.environ.copy()))
+    ray_pool.init_local_ray(num_cpus=1)
+    assert seen["RAY_AUTH_MODE"] == "disabled"

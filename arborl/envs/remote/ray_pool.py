@@ -61,11 +61,33 @@ its own setting (`RAY_worker_niceness=0 ray start ...` changes it)."""
 
 def init_local_ray(**kwargs: Any) -> None:
     """`ray.init` of a private local instance with `LOCAL_RAY_SYSTEM_CONFIG` (workers at
-    the driver's priority) and no dashboard; `kwargs` go to `ray.init` (num_cpus, ...)."""
+    the driver's priority), token authentication and no dashboard; `kwargs` go to
+    `ray.init` (num_cpus, ...).
+
+    Ray (2.5x) turns token authentication on for a new local instance when `RAY_AUTH_MODE`
+    is unset and warns about it on every start; arborl chooses that same mode explicitly
+    (`_choose_token_auth`), so the instance stays authenticated (the token lives in
+    `~/.ray/auth_token`) and the warning goes. `RAY_AUTH_MODE=disabled` in the environment
+    opts out, as Ray's warning says; a mode the environment sets is kept."""
+    import os
+
     import ray
 
+    if "RAY_AUTH_MODE" not in os.environ:
+        _choose_token_auth()
     kwargs.setdefault("include_dashboard", False)
     ray.init(_system_config=dict(LOCAL_RAY_SYSTEM_CONFIG), **kwargs)
+
+
+def _choose_token_auth() -> None:
+    """Set `RAY_AUTH_MODE=token` the way Ray does when it turns token auth on itself: the
+    variable, then a refresh of the config Ray's core cached when `ray` was imported (the
+    variable alone would leave this process in 'disabled' mode against a 'token' cluster)."""
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray without token authentication: nothing to choose, no warning
+        return
+    _enable_token_auth()
 
 
 class RayTransport:
