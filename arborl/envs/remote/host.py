@@ -10,8 +10,9 @@ generates per replica set, or makes up one per process): a signed snapshot is po
 between sessions and between replicas that share the secret, and `restore` refuses any
 blob it did not sign, so a client can never make the server unpickle data of its choosing.
 
-Work is bounded before it starts: integers in env kwargs are capped (`max_kwarg_int`, so a
-Maze of size 1000 is a 400, not an hour of CPU), a busy session is never waited on by the
+Work is bounded before it starts: numbers in env kwargs are capped (`max_kwarg_int`, so a
+Maze of size 1000, or 1e300, is a 400, not an hour of CPU), a float where the env's
+constructor takes an int is a 400 (not a 500 at the first reset), a busy session is never waited on by the
 idle sweeper or by `delete` (it is closed once its call returns), and the start time of
 every running call is kept so `/health` can report a call stuck past its deadline.
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import inspect
+import math
 import pickle
 import threading
 import time
@@ -28,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from arborl.envs.registry import make, register
+from arborl.envs.registry import make, register, spec
 
 
 class HostError(Exception):
@@ -86,6 +89,7 @@ class EnvHost:
         if not isinstance(kwargs, dict):
             raise HostError(400, "bad_request", f"env kwargs must be an object, got {kwargs!r:.80}")
         self._check_kwargs(kwargs, "kwargs")
+        self._check_int_kwargs(kwargs)
         with self._lock:  # re-creating a session in place does not take another slot
             if len(self.sessions) >= self.max_sessions and session_id not in self.sessions:
                 raise HostError(503, "server_full", f"{self.max_sessions} sessions are open; "
@@ -138,10 +142,11 @@ class EnvHost:
     def _check_kwargs(self, value: Any, where: str) -> None:
         if isinstance(value, bool):
             return
-        if isinstance(value, int) and abs(value) > self.max_kwarg_int:
+        # Any number, not only ints: an env may well do range(int(size)) with a float.
+        if isinstance(value, int | float) and not abs(value) <= self.max_kwarg_int:
             raise HostError(400, "kwargs_limit", f"{where}={value} is over this server's limit "
-                            f"of {self.max_kwarg_int} for integer env kwargs (it sizes work); "
-                            "send a smaller value or start the server with a larger "
+                            f"of {self.max_kwarg_int} for numbers in env kwargs (they size "
+                            "work); send a smaller value or start the server with a larger "
                             "--max-kwarg-int")  # fmt: skip
         if isinstance(value, dict):
             for k, v in value.items():
@@ -149,6 +154,24 @@ class EnvHost:
         elif isinstance(value, list):
             for i, v in enumerate(value):
                 self._check_kwargs(v, f"{where}[{i}]")
+
+    def _check_int_kwargs(self, kwargs: dict) -> None:
+        """400 for a float given where the env's constructor takes an int (its annotation
+        or its default says so): JSON has one number type, and `range(256.9)` would only
+        fail at the first reset, as a 500."""
+        try:
+            params = inspect.signature(spec(self.env_id).load()).parameters
+        except (KeyError, TypeError, ValueError, ImportError, AttributeError):
+            return  # make() reports an unknown or unloadable env itself
+        for name, value in kwargs.items():
+            p = params.get(name)
+            if p is None or not isinstance(value, float):
+                continue
+            ann = str(getattr(p.annotation, "__name__", p.annotation))  # "int" either way
+            if ann == "int" or (type(p.default) is int and "float" not in ann):
+                raise HostError(400, "bad_kwargs", f"kwargs.{name}={value!r}: {self.env_id} "
+                                f"takes an integer {name}; send {name}: {math.floor(value)} "
+                                "or another integer")  # fmt: skip
 
     def close_all(self) -> None:
         with self._lock:

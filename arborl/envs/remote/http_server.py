@@ -248,7 +248,7 @@ def build_parser(
         "--max-kwarg-int",
         type=int,
         default=256,
-        help="largest integer accepted in env kwargs, e.g. a grid size (default 256)",
+        help="largest number (int or float) accepted in env kwargs, e.g. a grid size (default 256)",
     )
     p.add_argument(
         "--max-body-bytes",
