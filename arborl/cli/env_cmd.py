@@ -4,6 +4,7 @@
     arborl env check arborl/Maze-v0        # or --all
     echo -e "up\\nleft" | arborl env play arborl/Maze-v0 --seed 3 --oracle
     arborl env demos arborl/Maze-v0 --split train --num-episodes 100 --out demos.jsonl
+    arborl env demos arborl/Maze-v0 --epsilon 0.1 --out demos.jsonl   # with recoveries
     arborl env add path/to/package          # an env package with an arborl-env.toml
     arborl env setup me/Counter-v0          # build its isolated interpreter
     arborl env check me/Counter-v0 --mode http   # conformance through a pool
@@ -19,14 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from arborl.cli.names import SPLITS
-
-
-def _json_safe(info: dict[str, Any]) -> dict[str, Any]:
-    """Info as JSON values (anchors are tuples: they become lists)."""
-    return json.loads(json.dumps(info, default=repr))
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -147,32 +142,38 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_demos(args: argparse.Namespace) -> int:
-    from arborl.data.trajectory import Step, Trajectory, write_trajectories
-    from arborl.envs import make
+    import random
 
+    from arborl.data.trajectory import write_trajectories
+    from arborl.envs import make
+    from arborl.envs.demos import oracle_demo
+
+    if not 0.0 <= args.epsilon <= 1.0:
+        print(f"error: --epsilon {args.epsilon} must be in [0, 1]", file=sys.stderr)
+        return 2
     env = make(args.id)
-    trajectories = []
-    for i in range(args.num_episodes):
-        seed = args.seed + i
-        obs, info = env.reset(seed=seed, options={"split": args.split})
-        traj = Trajectory(task_id=info["task_id"], env_id=args.id, seed=seed,
-                          instruction=env.instruction,
-                          meta={"policy": "oracle", "split": args.split})  # fmt: skip
-        done = False
-        while not done:
-            action = env.oracle_action()
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            traj.steps.append(
-                Step(obs, action, float(reward), terminated, truncated, _json_safe(info))
-            )
-            obs, done = next_obs, terminated or truncated
-        traj.won = bool(info["won"])
-        trajectories.append(traj)
-    env.close()
+    rng = random.Random(args.seed)  # the mistakes' draws: the same demos for the same seed
+    try:
+        trajectories = [
+            oracle_demo(env, args.id, args.seed + i, args.split, args.epsilon, rng)
+            for i in range(args.num_episodes)
+        ]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        env.close()
     path = write_trajectories(args.out, trajectories)
     num_won = sum(t.won for t in trajectories)
     rate = num_won / max(1, len(trajectories))
     print(f"oracle success: {num_won}/{len(trajectories)} ({rate:.1%}); wrote {path}")
+    if args.epsilon > 0:
+        mistakes = sum(t.meta["turn_loss"].count(False) for t in trajectories)
+        turns = sum(len(t.steps) for t in trajectories)
+        print(
+            f"{mistakes} of {turns} turns are random mistakes (meta.turn_loss false: kept in "
+            "the history, not trained on); the rest are the oracle's, recoveries included"
+        )
     return 0
 
 
@@ -297,6 +298,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-episodes", type=int, default=100, help="episodes to record (default 100)")
     p.add_argument("--out", required=True, help="output file, .jsonl or .parquet")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode; +1 per episode")
+    p.add_argument("--epsilon", type=float, default=0.0,
+                   help="share of turns replaced by a random other legal action, from which the "
+                   "oracle then recovers; those turns are marked not to be trained on "
+                   "(meta.turn_loss), so SFT learns recoveries, never the mistakes (default 0)")  # fmt: skip
     p.set_defaults(func=_cmd_demos)
     _register_package_commands(sub)
 

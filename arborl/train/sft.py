@@ -42,7 +42,9 @@ def build_sft_examples(
 ) -> list[SFTExample]:
     """(prompt, response) pairs of every step, with prompts rebuilt from each episode's
     memory and, as the rollout's step view does, left-cut to `max_prompt_tokens` (the
-    run's `rollout.max_prompt_tokens`; None: no limit)."""
+    run's `rollout.max_prompt_tokens`; None: no limit). A step whose `meta["turn_loss"]`
+    entry is False (a demo's deliberate mistake, `arborl env demos --epsilon`) stays in
+    the later prompts' history but is not a training pair."""
     eos = tokenizer.eos_token_id
     limit = max_prompt_tokens or None
     out = []
@@ -50,12 +52,19 @@ def build_sft_examples(
         memory = make_memory(agent_cfg)
         # As LMPolicy does: agent.system_prompt, when set, replaces the env's instruction.
         instruction = instruction_text(traj.instruction, agent_cfg)
-        for step in traj.steps:
+        losses = traj.meta.get("turn_loss") or [None] * len(traj.steps)
+        if len(losses) != len(traj.steps):
+            raise ValueError(
+                f"trajectory {traj.task_id!r}: meta.turn_loss has {len(losses)} entries for "
+                f"{len(traj.steps)} steps; give one per step (or drop it)"
+            )
+        for step, loss in zip(traj.steps, losses):
             response = step.response if step.response is not None else step.action
-            prompt = build_prompt(tokenizer, step.observation, memory, instruction, agent_cfg)
-            if limit is not None:
-                prompt = prompt[-limit:]
-            out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
+            if loss is not False:
+                prompt = build_prompt(tokenizer, step.observation, memory, instruction, agent_cfg)
+                if limit is not None:
+                    prompt = prompt[-limit:]
+                out.append(SFTExample(prompt, encode_text(tokenizer, response) + [eos]))
             memory.add(step.observation, response)
     if not out:
         raise ValueError("no SFT examples: the trajectories have no steps")

@@ -57,6 +57,25 @@ def test_demos_round_trip(tmp_path, capsys, suffix):
     assert first.steps[0].info["task_id"] == first.task_id
 
 
+def test_demos_with_mistakes_train_only_the_oracles_turns(tmp_path, capsys):
+    from arborl.agent import AgentConfig
+    from arborl.models import load_tokenizer
+    from arborl.train.sft import build_sft_examples
+
+    out = tmp_path / "demos.jsonl"
+    argv = ["env", "demos", "arborl/Maze-v0", "--num-episodes", "6", "--epsilon", "0.3",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    trajs = read_trajectories(out)
+    losses = [x for t in trajs for x in t.meta["turn_loss"]]
+    assert f"{losses.count(False)} of {len(losses)} turns are random mistakes" in printed
+    assert 0 < losses.count(False) < len(losses)
+    examples = build_sft_examples(trajs, load_tokenizer("tiny-0.1m"), AgentConfig())
+    assert len(examples) == losses.count(True)  # the mistakes are never targets
+    assert main([*argv[:-2], "--epsilon", "2", "--out", str(out)]) == 2
+
+
 def test_play_with_piped_stdin(monkeypatch, capsys):
     # Pipe a junk line, then the oracle's own plan for the seed-3 test task.
     env = make("arborl/Game24-v0")
