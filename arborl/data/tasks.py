@@ -12,7 +12,9 @@ env.tasks_file=...` reads them through `read_task_seeds`.
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,7 +119,9 @@ def read_task_seeds(path: str | os.PathLike, env_id: str, env_split: str) -> lis
 
     Rows of other envs (another `data_source`: a mixed-domain file) are skipped; every row
     of `env_id` must carry `extra_info.seed` and come from `env_split` when it names one
-    (the same seed on another split is another task).
+    (the same seed on another split is another task). A seed is an integer >= 0 (a
+    negative one would draw the task of its absolute value); a seed that several rows
+    repeat is allowed but logged as a warning.
     """
     rows = read_task_rows(path)
     seeds = []
@@ -145,7 +149,22 @@ def read_task_seeds(path: str | os.PathLike, env_id: str, env_split: str) -> lis
                 f"{where}: extra_info.seed={seed!r} is not an integer (a seed is never "
                 "rounded: 1.7 or true would silently name another task)"
             )
+        if seed < 0:
+            raise ValueError(
+                f"{where}: extra_info.seed={seed} is negative; arborl envs draw the same task "
+                f"for {seed} and {-seed}, so seeds must be >= 0"
+            )
         seeds.append(seed)
+    repeated = {s: n for s, n in Counter(seeds).items() if n > 1}
+    if repeated:  # allowed (a task drawn more often), but usually a mistake in the file
+        shown = ", ".join(f"{s} x{n}" for s, n in list(repeated.items())[:5])
+        logging.getLogger("arborl").warning(
+            "task file %s repeats %d seed(s) (%s): those tasks are drawn more often than the "
+            "others; one row per task is the usual layout",
+            path,
+            len(repeated),
+            shown,
+        )
     if not seeds:
         sources = sorted({str(r.get("data_source")) for r in rows})
         raise ValueError(

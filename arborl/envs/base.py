@@ -159,6 +159,11 @@ class TextEnv:
         episodes every time, as Gymnasium's checker requires. Never seeded: None (entropy)."""
         import random
 
+        if seed is not None and seed < 0:  # random.Random(-s) is random.Random(s)
+            raise ValueError(
+                f"reset(seed={seed}): seeds must be >= 0; a negative seed would draw the same "
+                f"task as seed={-seed}"
+            )
         stream = getattr(self, "_seed_stream", None)
         if seed is None and stream is not None:
             seed = stream.getrandbits(63)

@@ -224,10 +224,10 @@ class EnvHost:
 
     def _do_reset(self, s: Session, args: dict) -> dict[str, Any]:
         seed, options = args.get("seed"), args.get("options")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise HostError(
-                400, "bad_request", f"seed must be an integer or null, got {seed!r:.80}"
-            )
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise HostError(400, "bad_request", f"seed must be an integer >= 0 or null, got "
+                            f"{seed!r:.80} (a negative seed would draw the same task as its "
+                            "absolute value)")  # fmt: skip
         if options is not None and not isinstance(options, dict):
             raise HostError(
                 400, "bad_request", f"options must be an object or null, got {options!r:.80}"
