@@ -12,16 +12,27 @@ Token log-probabilities are taken from the raw logits (temperature 1); the tempe
 acts on the categorical only, as TWOSOME does. Temperature 0 is greedy: the argmax, with
 log-probabilities of the untempered scores (as `token_logprobs` treats 0).
 
-Cost: `response_logits` encodes each distinct prompt once (packed behind its prompt, or a
-KV cache indexed out to its K candidates) and runs the candidates of all prompts in one
-batch on top, so K candidates cost one prompt encoding plus K short continuations.
+Cost: rows equal in prompt and candidates (a GRPO group in one state) are scored once;
+each distinct prompt is encoded once into a KV cache, the cache is indexed out to its K
+candidates and every candidate's tokens but the last run in one batch on top (the
+prompt's last logits score the first token). So K candidates cost one prompt encoding and
+one forward of K short continuations, two forwards in all. Without a KV cache (activation
+checkpointing) `response_logits` runs each candidate behind its prompt instead. Measured
+against a generated one-word action on the same prompts: `bench/score_actions.py`.
 """
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
-from arborl.models.scoring import response_logits
+from arborl.models.scoring import (
+    cache_kwarg,
+    checkpointing,
+    distinct_rows,
+    position_ids_from_mask,
+    response_logits,
+)
 
 NORMS = ("sum", "token", "word")
 """Normalisations of a candidate's summed log-probability (`AgentConfig.score_norm`)."""
@@ -50,24 +61,75 @@ def candidate_token_logp(
 
     prompt_ids, prompt_mask: (B, P), left-padded; cand_ids, cand_mask: (B, K, L),
     right-padded. A candidate slot with no tokens (prompts with fewer than K candidates)
-    is not run at all."""
+    is not run at all. Rows equal in prompt and candidates (a GRPO group's episodes in the
+    same state) are scored once and indexed out (indexing is differentiable: their
+    gradients sum into the one forward)."""
     num_rows, k, length = cand_ids.shape
-    p = prompt_ids.shape[1]
+    key_ids = torch.cat([prompt_ids, cand_ids.reshape(num_rows, -1)], dim=1)  # (B, P + KL)
+    key_mask = torch.cat([prompt_mask, cand_mask.reshape(num_rows, -1)], dim=1)
+    first, inverse = distinct_rows(key_ids, key_mask.to(key_ids.dtype))
+    if len(first) < num_rows:
+        args = (prompt_ids[first], prompt_mask[first], cand_ids[first], cand_mask[first])
+        return _token_logp(model, *args)[inverse]
+    return _token_logp(model, prompt_ids, prompt_mask, cand_ids, cand_mask)
+
+
+def _token_logp(model, prompt_ids, prompt_mask, cand_ids, cand_mask) -> torch.Tensor:
+    """`candidate_token_logp` of distinct rows: each prompt encoded once into a KV cache,
+    the cache indexed out to its candidates, every candidate's tokens but the last on top
+    (the prompt's last logits score each candidate's first token)."""
+    num_rows, k, length = cand_ids.shape
     flat_ids, flat_mask = cand_ids.reshape(-1, length), cand_mask.reshape(-1, length)  # (BK, L)
     real = flat_mask.bool().any(-1).nonzero().squeeze(-1)  # (N,) candidates with tokens
     rows = torch.div(real, k, rounding_mode="floor")  # (N,) their prompt
-    ids = torch.cat([prompt_ids[rows], flat_ids[real]], dim=1)  # (N, P + L)
-    mask = torch.cat([prompt_mask[rows], flat_mask[real]], dim=1).long()
     width = int(flat_mask[real].sum(-1).max()) if len(real) else 0
-    ids, mask = ids[:, : p + width], mask[:, : p + width]  # no all-padding columns
-    logits = response_logits(model, ids, mask, p, width)  # (N, W, V)
+    ids, mask = flat_ids[real, :width], flat_mask[real, :width].long()  # (N, W)
+    logits = _kv_logits(model, prompt_ids, prompt_mask.long(), rows, ids, mask)
+    if logits is None:  # no usable KV cache: one pass per candidate behind its prompt
+        p = prompt_ids.shape[1]
+        full = torch.cat([prompt_ids[rows], ids], 1), torch.cat([prompt_mask[rows], mask], 1)
+        logits = response_logits(model, full[0], full[1].long(), p, width)  # (N, W, V)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up, fp64 kept
-    targets = ids[:, p:]  # (N, W)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
-    logp = logp * mask[:, p:]  # (N, W), 0 on padding
+    logp = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    logp = logp * mask  # (N, W), 0 on padding
     out = logp.new_zeros(num_rows * k, length)
     out = out.index_copy(0, real, torch.nn.functional.pad(logp, (0, length - width)))
     return out.view(num_rows, k, length)
+
+
+def _kv_logits(model, prompt_ids, prompt_mask, rows, ids, mask) -> torch.Tensor | None:
+    """(N, W, V) logits whose position j predicts `ids[:, j]` after prompt `rows[n]`, or
+    None where the model keeps no KV cache (activation checkpointing) or did not fill it.
+
+    prompt_ids, prompt_mask: (B, P) left-padded; rows: (N,); ids, mask: (N, W). Indexing
+    the cache is differentiable, so a prompt's gradient sums over its candidates."""
+    if checkpointing(model):
+        return None
+    p, width = prompt_ids.shape[1], ids.shape[1]
+    kwarg = cache_kwarg(model)
+    cache = DynamicCache(config=model.config)
+    head = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=position_ids_from_mask(prompt_mask),
+        use_cache=True,
+        logits_to_keep=1,
+        **{kwarg: cache},
+    ).logits[rows]  # (N, 1, V): predicts each candidate's first token
+    if width == 1:
+        return head
+    if cache.get_seq_length() != p:
+        return None
+    cache.batch_select_indices(rows)  # (B, H, P, D) -> (N, H, P, D) per layer
+    start = prompt_mask.sum(-1)[rows, None]  # (N, 1) real prompt tokens
+    tail = model(
+        input_ids=ids[:, :-1],
+        attention_mask=torch.cat([prompt_mask[rows], mask[:, :-1]], 1),  # (N, P + W - 1)
+        position_ids=start + torch.arange(width - 1, device=ids.device),
+        use_cache=True,
+        **{kwarg: cache},
+    ).logits  # (N, W - 1, V)
+    return torch.cat([head, tail], dim=1)
 
 
 def choice_logp(

@@ -44,7 +44,7 @@ def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     return first, inverse
 
 
-def _checkpointing(model: torch.nn.Module) -> bool:
+def checkpointing(model: torch.nn.Module) -> bool:
     """Activation checkpointing on? (transformers turns the KV cache off under it.)"""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # new, old name
@@ -95,7 +95,7 @@ def response_logits(
             out = packed_response_logits(model, ids, mask, p, a, first, inverse)
             if out is not None:
                 return out
-    if share_prompts and a > 1 and not _checkpointing(model):
+    if share_prompts and a > 1 and not checkpointing(model):
         first, inverse = distinct_rows(ids[:, :p], mask[:, :p])
         if 4 * (len(ids) - len(first)) >= len(ids):
             kwarg = cache_kwarg(model)

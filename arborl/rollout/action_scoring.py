@@ -9,9 +9,10 @@ that action), and the action is sampled from the categorical of
 `arborl.models.candidates` at the rollout temperature. An invalid action cannot occur,
 and a small model only has to shift a K-way choice.
 
-One forward pass scores every candidate of every live episode (chunked so that at most
-`MAX_SCORED_LOGITS` logits exist at once): each distinct prompt is encoded once and the
-candidates run on top of it (`candidate_token_logp`).
+One call scores every live episode's candidates: episodes in the same state (same prompt
+and action list: a GRPO group early on) are scored once, each distinct prompt is encoded
+once and its candidates run on top of its KV cache (`candidate_token_logp`), in chunks of
+at most `MAX_SCORED_LOGITS` logits.
 
 Sampling is seeded as `LMPolicy` seeds generation: episode-turn t of a rollout draws the
 first uniform of the stream `row_seed(sample_seed, t)` (the stream a generated first
@@ -26,7 +27,7 @@ index and its categorical log-probability) is what `arborl.rollout.batching` lay
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -47,6 +48,19 @@ from arborl.rollout.policies import Decision, LMPolicy
 MAX_SCORED_LOGITS = 2**25
 """Most logits (candidate tokens x vocabulary) one scoring forward may hold (128 MiB in
 float32); more live episodes are scored in several forwards."""
+
+
+class ScoredState(NamedTuple):
+    """One distinct (prompt, actions) state of a turn, scored (rows in it share it)."""
+
+    actions: list[str]
+    token_ids: list[list[int]]
+    """Each candidate's response tokens."""
+    norms: list[float]
+    choice_logp: list[float]
+    """(K,) the categorical's log-probabilities."""
+    token_logp: list[list[float]]
+    """(K, L_k) each candidate's token log-probabilities."""
 
 
 class ScoringPolicy(LMPolicy):
@@ -107,20 +121,35 @@ class ScoringPolicy(LMPolicy):
     # --- acting -----------------------------------------------------------------------
     def act(self, episodes: Sequence[EpisodeState], envs: Sequence[Any]) -> list[Decision]:
         out: list[Decision | None] = [None] * len(episodes)
-        rows: list[tuple[int, list[int], bool, list[str]]] = []  # (k, prompt, cut, actions)
+        rows: list[tuple[int, list[int], bool, int]] = []  # (k, prompt, cut, state)
+        states: dict[tuple, int] = {}  # (prompt, actions) -> index: a group's shared states
         for k, ep in enumerate(episodes):
             prompt, cut = self._prompt(ep)
             if prompt is None:
                 out[k] = Decision(action=None, end_reason="prompt_tokens")
                 continue
-            rows.append((k, prompt, cut, self._actions(ep)))
+            key = (tuple(prompt), tuple(self._actions(ep)))
+            rows.append((k, prompt, cut, states.setdefault(key, len(states))))
         if rows:
+            scored = self._score(list(states))  # one per distinct state
+            width = max(len(x.actions) for x in scored)
+            logp = torch.full((len(scored), width), float("-inf"))  # (S, K)
+            for i, x in enumerate(scored):
+                logp[i, : len(x.actions)] = torch.tensor(x.choice_logp)
+            logp = logp[torch.tensor([r[3] for r in rows])]  # (R, K): each row's categorical
             uniforms = self._uniforms([episodes[r[0]] for r in rows])  # (R,)
-            for start, stop in self._chunks(rows):
-                chunk = rows[start:stop]
-                for (k, prompt, cut, _), d in zip(chunk, self._choose(chunk, uniforms[start:stop])):
-                    d.prompt_ids, d.prompt_truncated = prompt, cut
-                    out[k] = d
+            chosen = sample_choice(logp, uniforms, greedy=self.cfg.temperature == 0).tolist()
+            for (k, prompt, cut, u), c in zip(rows, chosen):
+                x = scored[u]
+                out[k] = Decision(
+                    action=x.actions[c],
+                    response_text=action_response(x.actions[c], self.agent_cfg),
+                    prompt_ids=prompt,
+                    response_ids=list(x.token_ids[c]),
+                    logprobs=list(x.token_logp[c]),
+                    prompt_truncated=cut,
+                    choice=ScoredChoice(x.actions, x.token_ids, x.norms, c, x.choice_logp[c]),
+                )
             self.num_calls += 1
             self.prompts_per_call.append(len(rows))
         return out  # type: ignore[return-value]
@@ -134,75 +163,61 @@ class ScoringPolicy(LMPolicy):
             return row_uniforms(self._params(1).seed, len(eps), 1)[:, 0]
         return torch.rand(len(eps), generator=self._generator)
 
-    def _chunks(self, rows) -> list[tuple[int, int]]:
-        """[start, stop) ranges of `rows` whose candidate tokens x vocabulary stay within
-        `MAX_SCORED_LOGITS` (a single row over it gets a range of its own)."""
+    def _score(self, states: list[tuple]) -> list[ScoredState]:
+        """Each distinct (prompt, actions) state scored, in forwards of at most
+        `MAX_SCORED_LOGITS` logits."""
         vocab = int(self.model.config.vocab_size)
-        out, start, cost = [], 0, 0
-        for i, (_, _, _, actions) in enumerate(rows):
+        out: list[ScoredState] = []
+        start, cost = 0, 0
+        for i, (_, actions) in enumerate(states):
             row_cost = sum(len(self._tokens(a)[0]) for a in actions) * vocab
             if i > start and cost + row_cost > MAX_SCORED_LOGITS:
-                out.append((start, i))
+                out += self._score_chunk(states[start:i])
                 start, cost = i, 0
             cost += row_cost
-        out.append((start, len(rows)))
-        return out
+        return out + self._score_chunk(states[start:])
 
     @torch.inference_mode()
-    def _choose(self, rows, uniforms: torch.Tensor) -> list[Decision]:
-        """Score the candidates of `rows` in one forward and sample one per row."""
-        prompts = [r[1] for r in rows]
-        cands = [[self._tokens(a) for a in r[3]] for r in rows]
-        norms = [
-            [norm_divisor(self.agent_cfg.score_norm, len(ids), words) for ids, words in c]
-            for c in cands
-        ]
-        ids, mask, cand_ids, cand_mask, cand_norm = self._tensors(prompts, cands, norms)
-        token_logp = candidate_token_logp(self.model, ids, mask, cand_ids, cand_mask)
-        valid = cand_mask.bool().any(-1)  # (R, K)
-        logp = choice_logp(token_logp, cand_norm, valid, self.cfg.temperature).cpu()  # (R, K)
-        chosen = sample_choice(logp, uniforms, greedy=self.cfg.temperature == 0).tolist()
+    def _score_chunk(self, states: list[tuple]) -> list[ScoredState]:
+        norm = self.agent_cfg.score_norm
+        cands = [[self._tokens(a) for a in actions] for _, actions in states]
+        norms = [[norm_divisor(norm, len(ids), words) for ids, words in c] for c in cands]
+        ids = [[t for t, _ in c] for c in cands]
+        prompt_ids, prompt_mask, cand_ids, cand_mask, cand_norm = self._tensors(
+            [list(prompt) for prompt, _ in states], ids, norms
+        )
+        token_logp = candidate_token_logp(self.model, prompt_ids, prompt_mask, cand_ids, cand_mask)
+        valid = cand_mask.bool().any(-1)  # (S, K)
+        logp = choice_logp(token_logp, cand_norm, valid, self.cfg.temperature).cpu()  # (S, K)
         token_logp = token_logp.cpu()
-        out = []
-        for r, (row, c) in enumerate(zip(rows, chosen)):
-            actions = row[3]
-            resp = cands[r][c][0]
-            choice = ScoredChoice(
-                actions=actions,
-                token_ids=[t for t, _ in cands[r]],
-                norms=norms[r],
-                chosen=int(c),
-                logp=float(logp[r, c]),
+        logps, tokens = logp.tolist(), token_logp.tolist()  # plain floats, once per state
+        return [
+            ScoredState(
+                list(actions), ids[s], norms[s], logps[s][: len(actions)],
+                [tok[: len(t)] for tok, t in zip(tokens[s], ids[s])],
             )
-            out.append(
-                Decision(
-                    action=actions[c],
-                    response_text=action_response(actions[c], self.agent_cfg),
-                    response_ids=list(resp),
-                    logprobs=token_logp[r, c, : len(resp)].tolist(),
-                    choice=choice,
-                )
-            )
-        return out
+            for s, (_, actions) in enumerate(states)
+        ]  # fmt: skip
 
     def _tensors(self, prompts, cands, norms):
-        """Left-padded (R, P) prompts and right-padded (R, K, L) candidates on the model's
-        device, with (R, K) divisors (1 on empty slots)."""
-        num_rows = len(prompts)
-        p = max(map(len, prompts))
-        k = max(map(len, cands))
-        length = max(len(ids) for c in cands for ids, _ in c)
-        ids = torch.full((num_rows, p), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((num_rows, p), dtype=torch.long)
-        cand_ids = torch.full((num_rows, k, length), self.pad_id, dtype=torch.long)
-        cand_mask = torch.zeros((num_rows, k, length), dtype=torch.long)
-        cand_norm = torch.ones((num_rows, k), dtype=torch.float32)
-        for r, (prompt, c) in enumerate(zip(prompts, cands)):
-            ids[r, p - len(prompt) :] = torch.tensor(prompt)
-            mask[r, p - len(prompt) :] = 1
-            for j, (t, _) in enumerate(c):
-                cand_ids[r, j, : len(t)] = torch.tensor(t)
-                cand_mask[r, j, : len(t)] = 1
-            cand_norm[r, : len(c)] = torch.tensor(norms[r])
+        """Left-padded (S, P) prompts and right-padded (S, K, L) candidates on the model's
+        device, with (S, K) divisors (1 on empty slots); laid out as lists, converted once."""
+        pad = self.pad_id
+        p, k = max(map(len, prompts)), max(map(len, cands))
+        length = max(len(t) for c in cands for t in c)
+        ids = [[pad] * (p - len(x)) + x for x in prompts]
+        mask = [[0] * (p - len(x)) + [1] * len(x) for x in prompts]
+        cand_ids, cand_mask, cand_norm = [], [], []
+        for c, n in zip(cands, norms):
+            c = c + [[]] * (k - len(c))  # empty slots
+            cand_ids.append([t + [pad] * (length - len(t)) for t in c])
+            cand_mask.append([[1] * len(t) + [0] * (length - len(t)) for t in c])
+            cand_norm.append(n + [1.0] * (k - len(n)))
         dev = self.device
-        return ids.to(dev), mask.to(dev), cand_ids.to(dev), cand_mask.to(dev), cand_norm.to(dev)
+        return (
+            torch.tensor(ids, dtype=torch.long, device=dev),
+            torch.tensor(mask, dtype=torch.long, device=dev),
+            torch.tensor(cand_ids, dtype=torch.long, device=dev),
+            torch.tensor(cand_mask, dtype=torch.long, device=dev),
+            torch.tensor(cand_norm, dtype=torch.float32, device=dev),
+        )

@@ -30,6 +30,16 @@ def run_script(name: str, out: Path, *extra: str) -> dict:
 
 
 @pytest.mark.slow
+def test_score_actions_bench_writes_its_json(tmp_path):
+    doc = run_script("score_actions.py", tmp_path / "score_actions.json")
+    assert doc["benchmark"] == "score_actions" and doc["quick"] is True
+    assert doc["machine"]["cpu_model"] is not None and len(doc["machine"]["loadavg"]) == 3
+    for case in doc["cases"]:
+        assert case["candidates"] == 4 and case["generate_cpu_s"] > 0 and case["score_cpu_s"] > 0
+        assert case["ratio_cpu"] == pytest.approx(case["score_cpu_s"] / case["generate_cpu_s"])
+
+
+@pytest.mark.slow
 def test_rollout_bench_writes_its_json(tmp_path):
     doc = run_script("rollout.py", tmp_path / "rollout.json")
     assert doc["benchmark"] == "rollout" and doc["quick"] is True

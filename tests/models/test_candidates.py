@@ -1,9 +1,9 @@
 """The categorical over candidate actions (`arborl.models.candidates`) equals a brute-force
 forward pass per (prompt, candidate), in value and gradient.
 
-The batched path encodes each prompt once and runs every candidate of every prompt on top
-of it (packed behind the prompt, or over its KV cache); the brute force runs one unpadded
-sequence per candidate through `token_logprobs`. Char and BPE tokenizers, fp32 and bf16
+The batched path encodes each prompt once into a KV cache and runs every candidate of every
+prompt on top of it (without a cache, as under activation checkpointing: `response_logits`
+behind each prompt); the brute force runs one unpadded sequence per candidate. Char and BPE tokenizers, fp32 and bf16
 autocast, candidates of different token lengths and sharing prefixes, prompts with fewer
 candidates than the widest (empty slots), every normalisation and two temperatures.
 """
@@ -11,7 +11,7 @@ candidates than the widest (empty slots), every normalisation and two temperatur
 import pytest
 import torch
 
-import arborl.models.scoring as scoring
+import arborl.models.candidates as candidates
 from arborl.models import load_policy
 from arborl.models.candidates import (
     candidate_token_logp,
@@ -28,6 +28,8 @@ CANDIDATES = [
     ["open door", "north", "take the small key now"],
     ["up", "u"],  # a one-token (char) candidate beside a longer one
 ]
+PROMPTS.append(PROMPTS[0])  # a row repeated (a GRPO group's episodes in one state): it is
+CANDIDATES.append(CANDIDATES[0])  # scored once and its gradient sums over both rows
 
 
 @pytest.fixture(scope="module", params=["tiny-0.1m", "bpe-tiny-0.1m"])
@@ -95,15 +97,15 @@ def _batched(model, tensors, norms, temperature):
     return choice_logp(token_logp, norms, valid, temperature), valid
 
 
-@pytest.mark.parametrize("path", ["packed", "kv_cache"])
+@pytest.mark.parametrize("path", ["kv_cache", "no_cache"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("norm,temperature", [("sum", 1.0), ("token", 0.7), ("word", 1.0)])
 def test_the_categorical_equals_a_forward_per_candidate(
     policy, path, dtype, norm, temperature, monkeypatch
 ):
     model, tok = policy
-    if path == "kv_cache":  # the model "cannot take a 4D mask": the KV-cache path runs
-        monkeypatch.setattr(scoring, "takes_4d_mask", lambda m: False)
+    if path == "no_cache":  # as under activation checkpointing: `response_logits` runs
+        monkeypatch.setattr(candidates, "checkpointing", lambda m: True)
     prompts, cands, counts, tensors = _layout(tok)
     norms = _norms(counts, norm, tensors[2].shape[1])
     with torch.no_grad(), autocast_ctx(dtype):
@@ -127,8 +129,8 @@ def test_the_gradient_equals_the_brute_force_gradient_and_finite_differences(pol
     try:
         prompts, cands, counts, tensors = _layout(tok)
         norms = _norms(counts, "token", tensors[2].shape[1]).double()
-        chosen = torch.tensor([2, 0, 1])
-        weights = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)  # an advantage per row
+        chosen = torch.tensor([2, 0, 1, 3])
+        weights = torch.tensor([1.0, -0.5, 2.0, 0.7], dtype=torch.float64)  # an advantage per row
 
         def batched_loss():
             logp, valid = _batched(model, tensors, norms, 0.8)
