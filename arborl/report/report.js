@@ -94,7 +94,9 @@ function setupFilters() {
 function drawTrees() {
   const box = document.getElementById("trees");
   for (const t of D.trees) {
-    const f = el("iframe", { class: "tree", title: t.name });
+    // A trees/*.html page is any file in the run folder: sandboxed, its scripts run with an
+    // opaque origin and cannot reach this page (an srcdoc frame would inherit ours).
+    const f = el("iframe", { class: "tree", title: t.name, sandbox: "allow-scripts" });
     f.srcdoc = t.html;
     box.append(el("h4", {}, `${t.run}: ${t.name}`), f);
   }
