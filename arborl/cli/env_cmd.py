@@ -181,7 +181,11 @@ def _cmd_add(args: argparse.Namespace) -> int:
     from arborl.envs.packages.manifest import manifest_summary
     from arborl.envs.packages.userdata import add_package
 
-    m = add_package(args.path)
+    try:
+        m = add_package(args.path)
+    except (ValueError, OSError) as e:  # ManifestError, an id clash, an unreadable folder
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"registered package {m.name!r} ({m.root}): {', '.join(m.env_ids)} {manifest_summary(m)}")
     print(f"next: arborl env setup {m.env_ids[0]}")
     return 0

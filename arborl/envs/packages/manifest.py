@@ -156,6 +156,14 @@ def find_manifest(path: str | Path) -> Path:
     )
 
 
+def _one_line(e: Exception) -> str:
+    """A parser's error on one line: YAML's spans several (the snippet with a caret)."""
+    mark = getattr(e, "problem_mark", None)
+    if getattr(e, "problem", None) and mark is not None:
+        return f"{e.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(e).split())
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         if path.suffix == ".toml":
@@ -164,7 +172,7 @@ def _read(path: Path) -> dict[str, Any]:
 
         data = load_yaml(read_text(path), str(path))  # aliases bounded, no duplicate keys
     except Exception as e:
-        raise ManifestError(f"{path}: cannot parse: {e}") from e
+        raise ManifestError(f"{path}: cannot parse: {_one_line(e)}") from e
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data
@@ -259,6 +267,8 @@ def load_manifest(path: str | Path) -> EnvManifest:
 def _check_inside(w: str, key: str, rel: str, root: Path) -> None:
     """Every path a manifest names stays inside the package folder (the package is trusted
     code, but a manifest must not reach files it does not ship)."""
+    if "\0" in rel:  # the OS would only say "embedded null byte", naming no file
+        raise ManifestError(f"{w}: {key}={rel!r} holds a NUL byte; no file can have that name")
     path = Path(rel).expanduser()
     if path.is_absolute() or not (root / path).resolve().is_relative_to(root.resolve()):
         raise ManifestError(f"{w}: {key}={rel!r} points outside the package folder {root}; "
