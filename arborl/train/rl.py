@@ -78,7 +78,12 @@ def batch_rewards(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(R,) combined reward of each step row and the per-source `reward/*` metrics
     (summed over the batch, per trajectory). `sources` are the weights, `fns` the run's
-    own source callables (`build_reward_fns`; default: the registry's built-ins)."""
+    own source callables (`build_reward_fns`; default: the registry's built-ins).
+
+    A reward that is not finite (NaN or inf from any source, or a sum past float32) is
+    returned as it is, for `drop_env_errors(batch, trajectories, rewards)` to drop its
+    episode as an env error; the metrics leave such episodes out (one NaN row made every
+    `reward/*` of the step null)."""
     fields = {
         "env_reward": batch.tensors["step_reward"].numpy(),
         "valid_action": batch.meta["valid_action"].astype(float),
@@ -93,8 +98,26 @@ def batch_rewards(
         fields.update(rm_fields(batch, trajectories))
     total, comps = combine_rewards(fields, sources, fns=fns)
     rewards = torch.as_tensor(total, dtype=torch.float32)
-    metrics = {f"reward/{k}": float(v.sum() / max(1, num_trajectories)) for k, v in comps.items()}
+    bad = nonfinite_reward_episodes(batch, rewards)
+    ok = ~np.isin(batch.meta["traj_id"].astype(str), list(bad))  # (R,) rows of sound episodes
+    per = max(1, num_trajectories - len(bad))
+    metrics = {f"reward/{k}": float(v[ok].sum() / per) for k, v in comps.items()}
     return rewards, metrics
+
+
+def nonfinite_reward_episodes(batch, rewards: torch.Tensor | None = None) -> dict[str, str]:
+    """{traj_id: what} of the episodes with a step row whose reward is NaN or inf: the
+    env's own `step_reward`, or, given `rewards` (R,), the combined reward of the run's
+    sources (`batch_rewards`). `what` names the first such row: task, turn and value."""
+    checks = [("env reward", batch.tensors["step_reward"])]
+    if rewards is not None:
+        checks.append(("reward (reward.sources combined)", rewards))
+    traj, task, turn = batch.meta["traj_id"].astype(str), batch.meta["task_id"], batch.meta["step"]
+    out: dict[str, str] = {}
+    for what, r in checks:
+        for i in torch.nonzero(~torch.isfinite(r)).flatten().tolist():
+            out.setdefault(traj[i], f"task {task[i]} turn {int(turn[i])}: {what} {float(r[i])}")
+    return out
 
 
 def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor | None):
@@ -115,21 +138,33 @@ def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor |
     return train, metrics
 
 
-def drop_env_errors(batch, trajectories: list) -> tuple:
-    """The step's rows and trajectories without the episodes an env fault ended
-    (`truncation_reason == "env_error"`: a crashed or timed-out worker says nothing about
-    the policy), and how many there were. Their groups shrink; a group left with one
-    member gets zero advantage from every group estimator, i.e. no signal."""
-    bad = {
-        t.meta.get("traj_id")
-        for t in trajectories
-        if t.meta.get("truncation_reason") == "env_error"
-    }
-    if not bad:
-        return batch, trajectories, 0
-    keep = ~np.isin(batch.meta["traj_id"].astype(str), [str(b) for b in bad])
-    kept = [t for t in trajectories if t.meta.get("traj_id") not in bad]
-    return batch[torch.as_tensor(keep)], kept, len(bad)
+def drop_env_errors(batch, trajectories: list, rewards: torch.Tensor | None = None) -> tuple:
+    """`(batch, trajectories, rewards, errors)`: the step's rows, trajectories and (when
+    given) rewards without the episodes an env fault spoiled, and one line per episode
+    dropped, naming its env, task and fault. Faults: `truncation_reason == "env_error"` (a
+    crashed or timed-out worker says nothing about the policy), and a reward that is not
+    finite (`nonfinite_reward_episodes`: one NaN made its whole group's advantages NaN,
+    and those rows left the loss without a word). Such an episode is marked an env error
+    in its trajectory's meta (`truncation_reason`, `env_error`), so the saved trajectories
+    say why. Groups shrink; a group left with one member gets zero advantage from every
+    group estimator, i.e. no signal."""
+    nonfinite = nonfinite_reward_episodes(batch, rewards)
+    errors: dict[str, str] = {}
+    for t in trajectories:
+        tid = str(t.meta.get("traj_id"))
+        if t.meta.get("truncation_reason") == "env_error":
+            why = next(
+                (s.info["env_error"] for s in t.steps if (s.info or {}).get("env_error")), ""
+            )
+            errors[tid] = f"{t.env_id} task {t.task_id}: env error {why}".rstrip()
+        elif tid in nonfinite:
+            t.meta.update(truncation_reason="env_error", env_error=f"non-finite {nonfinite[tid]}")
+            errors[tid] = f"{t.env_id} {nonfinite[tid]}"
+    if not errors:
+        return batch, trajectories, rewards, []
+    keep = torch.as_tensor(~np.isin(batch.meta["traj_id"].astype(str), list(errors)))
+    kept = [t for t in trajectories if str(t.meta.get("traj_id")) not in errors]
+    return batch[keep], kept, None if rewards is None else rewards[keep], list(errors.values())
 
 
 class RLTrainer:
@@ -194,11 +229,12 @@ class RLTrainer:
         with timer.phase("rollout"):
             out = self.engine.rollout(plan, upcoming)
         self.env_steps += len(out.batch)
-        batch, trajectories, num_errors = drop_env_errors(out.batch, out.trajectories)
-        self._count_env_errors(num_errors)
+        batch, trajectories, _, errors = drop_env_errors(out.batch, out.trajectories)
+        self._count_env_errors(errors)
         temperature = plan.rollout.temperature
         batch, train, metrics = self._advantages(batch, trajectories, temperature, timer)
-        metrics["rollout/env_errors"] = float(num_errors)
+        # with the episodes whose reward a source made non-finite (`_advantages`)
+        metrics["rollout/env_errors"] = float(len(errors) + metrics.get("rollout/env_errors", 0))
         with timer.phase("update"):
             if len(train):
                 keys = ACTOR_KEYS + choice_keys(train)
@@ -240,6 +276,11 @@ class RLTrainer:
             rewards, metrics = batch_rewards(
                 batch, len(trajectories), c.reward.sources, trajectories, self.reward_fns
             )
+            batch, trajectories, rewards, errors = drop_env_errors(batch, trajectories, rewards)
+        self._count_env_errors(errors)
+        metrics["rollout/env_errors"] = float(len(errors))
+        if not len(batch):
+            return batch, batch, {**metrics, "train/rows_with_signal": 0.0}
         diag = group_diagnostics(batch)  # of the whole rollout, before any filter
         if c.algo.filter_groups:  # DAPO-style: all-equal groups carry no group signal
             keep, filtered = informative_groups(batch, rewards)
@@ -258,21 +299,24 @@ class RLTrainer:
             train, adv_metrics = attach_advantages(batch, rewards, c.algo, values)
         return batch, train, {**metrics, **adv_metrics, **diag}
 
-    def _count_env_errors(self, num_errors: int) -> None:
-        if not num_errors:
+    def _count_env_errors(self, errors: list[str]) -> None:
+        """Count the step's env errors (`drop_env_errors`' lines) against the budget."""
+        if not errors:
             return
-        self.env_errors += num_errors
+        self.env_errors += len(errors)
         budget = self.cfg.env.max_env_errors
         log.warning(
             "step %d: %d episode(s) ended by an env error, left out of the update "
-            "(%d of env.max_env_errors=%d in this run)",
-            self.step, num_errors, self.env_errors, budget,
+            "(%d of env.max_env_errors=%d in this run): %s",
+            self.step + 1, len(errors), self.env_errors, budget, "; ".join(errors[:5]),
         )  # fmt: skip
         if self.env_errors > budget:
             raise TrainingAborted(
                 f"{self.env_errors} episodes ended by env errors (crashed or timed-out env "
-                f"workers), more than env.max_env_errors={budget}; the run stops here. Check "
-                "the env (or its servers' logs), raise env.timeout_s for slow envs, or raise "
+                "workers, or non-finite rewards), more than env.max_env_errors="
+                f"{budget}; the run stops at RL step {self.step + 1} of env {self.cfg.env.id} "
+                f"(this step: {'; '.join(errors[:3])}). Check the env (or its servers' logs) "
+                "and its rewards, raise env.timeout_s for slow envs, or raise "
                 "env.max_env_errors if failures are expected"
             )
 

@@ -54,8 +54,10 @@ def test_env_error_episode_leaves_its_group_and_the_sibling_gets_no_signal(polic
     assert [t.meta["truncation_reason"] for t in res.trajectories][0] == "env_error"
     assert res.stats["env_errors"] == 1.0
     bad = res.trajectories[0].meta["traj_id"]
-    batch, kept, n = drop_env_errors(res.batch, res.trajectories)
-    assert n == 1 and len(kept) == 3
+    batch, kept, _, errors = drop_env_errors(res.batch, res.trajectories)
+    assert len(errors) == 1 and len(kept) == 3
+    task = res.trajectories[0].task_id
+    assert errors == [f"arborl/Maze-v0 task {task}: env error worker crashed"]
     assert bad not in set(batch.meta["traj_id"]) and bad in set(res.batch.meta["traj_id"])
     assert len(batch) == len(res.batch) - res.trajectories[0].num_steps
     # Group 0 is left with one member: (s - mean) = 0, i.e. no push either way.
@@ -72,8 +74,8 @@ def test_drop_env_errors_is_a_no_op_without_faults(policy):
 
     cfg = RolloutConfig(num_tasks=1, group_size=2, max_turns=2, max_new_tokens=4, seed=0)
     res = run_rollout(HFBackend(model, tok, seed=0), tok, "arborl/Maze-v0", [3], cfg)
-    batch, kept, n = drop_env_errors(res.batch, res.trajectories)
-    assert n == 0 and batch is res.batch and kept is res.trajectories
+    batch, kept, rewards, errors = drop_env_errors(res.batch, res.trajectories)
+    assert errors == [] and batch is res.batch and kept is res.trajectories and rewards is None
 
 
 TOY = [
