@@ -120,7 +120,7 @@ def group_stats(
     hi = torch.full_like(zeros, -torch.inf).scatter_reduce(0, index, xd, reduce="amax")
     lo = torch.full_like(zeros, torch.inf).scatter_reduce(0, index, xd, reduce="amin")
     magnitude = torch.maximum(hi.abs(), lo.abs())  # (G,)
-    tol = equal_tolerance(magnitude, precision or x.dtype)
+    tol = equal_tolerance(magnitude, precision or (x.dtype if x.is_floating_point() else xd.dtype))
     std = torch.where(hi - lo <= tol, torch.zeros_like(std), std)
     return mean, std, count
 
