@@ -36,8 +36,13 @@ import numpy as np
 import torch
 
 from arborl import algos
+from arborl.algos.group import equal_tolerance
 from arborl.data import Batch
 from arborl.registry import Registry
+
+REWARD_DTYPE = torch.float32
+"""The precision step rewards are computed in (`batch_rewards`): trajectory returns are
+summed in float64, but returns equal up to float32 rounding are equal (`equal_tolerance`)."""
 
 RowsFn = Callable[..., tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]]
 """`rows(batch, rewards, algo, values) -> (adv (R,), returns (R,) | None, stats)`."""
@@ -133,15 +138,15 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
 
 def informative_groups(batch: Batch, rewards: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(R,) mask of the rows whose task group has episodes of different returns, and the
-    share of groups dropped. Returns count as equal up to float rounding at their own
-    scale (a few ulps of float64), as the group estimators treat them."""
+    share of groups dropped. Returns count as equal up to float32 rounding at their own
+    scale (`arborl.algos.group.equal_tolerance`), as the group estimators treat them."""
     scores, groups, inverse = trajectory_scores(batch, rewards)
     index = np.unique(groups.astype(str), return_inverse=True)[1]
     n = int(index.max()) + 1
     idx = torch.as_tensor(index)
     hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amax")
     lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amin")
-    tol = 8 * torch.finfo(torch.float64).eps * torch.maximum(hi.abs(), lo.abs()).clamp(min=1.0)
+    tol = equal_tolerance(torch.maximum(hi.abs(), lo.abs()), REWARD_DTYPE)
     mixed = (hi - lo) > tol  # (G,)
     return mixed[idx][torch.as_tensor(inverse)], float(1.0 - mixed.double().mean())
 
@@ -187,11 +192,19 @@ def episode_algorithm(
     )
 
 
-episode_algorithm("grpo", lambda s, g, algo: algos.grpo(s, g, norm_by_std=algo.norm_by_std))
-episode_algorithm("drgrpo", lambda s, g, algo: algos.drgrpo(s, g), defaults={"norm_by_std": False})
-episode_algorithm("rloo", lambda s, g, algo: algos.rloo(s, g))
-episode_algorithm("reinforce_pp", lambda s, g, algo: algos.reinforce_pp(s))
-episode_algorithm("reinforce_pp_baseline", lambda s, g, algo: algos.reinforce_pp_baseline(s, g))
+episode_algorithm(
+    "grpo", lambda s, g, a: algos.grpo(s, g, norm_by_std=a.norm_by_std, precision=REWARD_DTYPE)
+)
+episode_algorithm(
+    "drgrpo", lambda s, g, a: algos.drgrpo(s, g, precision=REWARD_DTYPE),
+    defaults={"norm_by_std": False},
+)  # fmt: skip
+episode_algorithm("rloo", lambda s, g, a: algos.rloo(s, g, precision=REWARD_DTYPE))
+episode_algorithm("reinforce_pp", lambda s, g, a: algos.reinforce_pp(s))
+episode_algorithm(
+    "reinforce_pp_baseline",
+    lambda s, g, a: algos.reinforce_pp_baseline(s, g, precision=REWARD_DTYPE),
+)
 
 
 def _raft_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):

@@ -227,3 +227,17 @@ def test_informative_groups_drop_equal_returns_at_their_own_scale():
     r2[3] = sum([0.2] * 10)  # 2.0000000000000004
     keep, dropped = informative_groups(b, r2)
     assert keep.tolist() == [True, True, True, False, False]
+
+
+def test_returns_equal_up_to_float32_rounding_get_no_advantage_in_the_trainer():
+    # step rewards are float32; 0.1 + 0.9 and 0.3 + 0.7 differ only by float32 rounding
+    b, _ = _batch()
+    r = torch.tensor([0.1, 0.3, 0.9, 2.0, 2.0], dtype=torch.float32)  # a = 0.1 + 0.9, b = 0.3
+    r[1] = torch.tensor(0.3, dtype=torch.float32) + torch.tensor(0.7, dtype=torch.float32)
+    from arborl.train.advantages import informative_groups
+
+    for name in ("grpo", "drgrpo", "rloo"):
+        adv, _, _ = compute_advantages(b, r, _algo(name))
+        assert adv.abs().max() == 0.0, name
+    keep, dropped = informative_groups(b, r)
+    assert not keep.any() and dropped == 1.0
