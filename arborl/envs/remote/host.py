@@ -110,6 +110,19 @@ class EnvHost:
         return {"session_id": sid, "env_id": self.env_id,
                 "max_turns": int(getattr(env, "max_turns", 0) or 0)}  # fmt: skip
 
+    def has_session(self, sid: str) -> bool:
+        """Whether session `sid` is open (a re-create in place never reads as closed)."""
+        with self._lock:
+            return sid in self.sessions
+
+    def touch(self, sid: str) -> None:
+        """Count a message on `sid` that calls no env method (OpenEnv's `state`) as use,
+        so the idle sweeper leaves the session of a client that is still talking."""
+        with self._lock:
+            session = self.sessions.get(sid)
+        if session is not None:
+            session.last_used = time.monotonic()
+
     def delete(self, sid: str) -> dict[str, Any]:
         with self._lock:
             session = self.sessions.pop(sid, None)

@@ -11,6 +11,8 @@ this server with that package's own `GenericEnvClient`:
           -> {"type": "observation", "data": {"observation": OBS, "reward", "done"}}
       {"type": "state"} -> {"type": "state", "data": {"episode_id", "step_count", "env_id", "max_turns"}}
       {"type": "close"} -> the server closes the connection (and the env)
+      a session gone (idle past --idle-timeout-s, or deleted) -> the server closes the
+          connection with code 4000 and a reason naming why: reconnect for a new env
       arborl extensions: "snapshot" -> {"snapshot"}; "restore" {"snapshot"}; "oracle" -> {"action"}
       errors: {"type": "error", "data": {"message", "code"}} with OpenEnv's codes
     GET /health -> {"status": "healthy"} (503 "unhealthy" while a call is past its deadline)
@@ -145,6 +147,7 @@ class Connection:
             self.step_count += 1
             return "observation", to_openenv(out, reset=False)
         if kind == "state":
+            self.host.touch(self.sid)
             return "state", {"episode_id": self.episode_id, "step_count": self.step_count,
                              "env_id": self.host.env_id, "max_turns": self.max_turns}  # fmt: skip
         if kind in EXTENSIONS:
@@ -175,6 +178,12 @@ def parse_message(raw: str, limits: Limits) -> dict[str, Any]:
     return msg
 
 
+SESSION_GONE = 4000
+"""WebSocket close code (the application range) for a connection whose session has ended."""
+SESSION_POLL_S = 0.5
+"""How often an idle connection checks that its session is still open (seconds)."""
+
+
 def error_frame(e: HostError) -> str:
     """OpenEnv's error message for a refused call."""
     code = ERROR_CODES.get(e.status, "EXECUTION_ERROR")
@@ -192,6 +201,8 @@ async def serve_connection(websocket: Any, host: EnvHost, env_kwargs: dict, limi
         await websocket.send_text(error_frame(e))
         await websocket.close()
         return
+    code, reason = 1000, ""
+    watcher = asyncio.create_task(_close_when_session_ends(websocket, host, conn.sid))
     try:
         while True:
             raw = await websocket.receive_text()
@@ -204,15 +215,27 @@ async def serve_connection(websocket: Any, host: EnvHost, env_kwargs: dict, limi
             except HostError as e:
                 await websocket.send_text(error_frame(e))
                 if e.status in (404, 504):  # the session is gone, or its env is stuck
+                    code, reason = SESSION_GONE, f"{e.kind}: reconnect for a new env"
                     break
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, RuntimeError):  # the client left, or the watcher closed
         pass
     finally:
+        watcher.cancel()
         conn.close()
     try:
-        await websocket.close()
+        await websocket.close(code=code, reason=reason)
     except RuntimeError:
-        pass  # the client closed first
+        pass  # already closed (by the client, or by the watcher)
+
+
+async def _close_when_session_ends(websocket: Any, host: EnvHost, sid: str) -> None:
+    """Close the connection once its session is gone (the idle sweeper ended it): a client
+    that sent nothing learns it at once, with the reason, and can reconnect, instead of
+    holding an open socket whose every message gets `no_session`."""
+    while host.has_session(sid):
+        await asyncio.sleep(SESSION_POLL_S)
+    await websocket.close(code=SESSION_GONE, reason="idle_timeout: this connection's env was "
+                          "closed after --idle-timeout-s without a message; reconnect")  # fmt: skip
 
 
 def create_app(host: EnvHost, token: str, env_kwargs: dict | None = None,
