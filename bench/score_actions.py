@@ -15,6 +15,11 @@ two run interleaved (A B A B ...) and the table shows medians of wall and proces
 (on a shared machine the wall time swings with the other jobs; CPU time of 1 thread is
 close to a quiet core's).
 
+Every timed call starts cold. Within a rollout both sides also reuse work across turns
+(`HFBackend` remembers prompt encodings, `ScoringPolicy` remembers scored states while the
+weights stay the same); `python bench/rl_step.py agent.action_mode=score` times whole RL
+steps, against the same command without the override.
+
     python bench/score_actions.py            # all cases (~2 min on 2 cores)
     python bench/score_actions.py --quick    # fewer repeats, the small models only
 """
@@ -104,7 +109,10 @@ def run_case(case: Case, repeats: int) -> dict:
                 _time(policy, episodes, envs)
             for _ in range(repeats):
                 for name, policy in sides.items():
-                    backend.forget_prompts()  # no cross-call prompt cache for generation
+                    # each call starts cold: no remembered prompt encodings (generation)
+                    # or scored states (scoring) from the call before
+                    backend.forget_prompts()
+                    scorer._scored.clear()
                     times[name].append(_time(policy, episodes, envs))
     finally:
         pool.close()

@@ -35,6 +35,7 @@ from arborl.agent import AgentConfig, encode_text
 from arborl.agent.parsing import action_response
 from arborl.generation.base import GenerationBackend, row_seed
 from arborl.generation.hf import row_uniforms, seeded_uniforms
+from arborl.generation.lean import weights_key
 from arborl.models.candidates import (
     candidate_token_logp,
     choice_logp,
@@ -45,6 +46,9 @@ from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState, ScoredChoice
 from arborl.rollout.policies import Decision, LMPolicy
 
+SCORED_CACHE_SIZE = 16384
+"""Scored states a `ScoringPolicy` keeps for later turns (cleared when full or when the
+weights change)."""
 MAX_SCORED_LOGITS = 2**25
 """Most logits (candidate tokens x vocabulary) one scoring forward may hold (128 MiB in
 float32); more live episodes are scored in several forwards."""
@@ -93,6 +97,8 @@ class ScoringPolicy(LMPolicy):
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self._candidates: dict[str, tuple[list[int], int]] = {}  # action -> (ids, words)
+        self._scored: dict[tuple, ScoredState] = {}  # (prompt, actions) -> its categorical
+        self._scored_weights: tuple = ()  # `weights_key` the scores were computed with
         # Draws only when neither an episode stream nor rollout.seed is set (unseeded).
         self._generator = torch.Generator()
         self._generator.seed()
@@ -131,7 +137,7 @@ class ScoringPolicy(LMPolicy):
             key = (tuple(prompt), tuple(self._actions(ep)))
             rows.append((k, prompt, cut, states.setdefault(key, len(states))))
         if rows:
-            scored = self._score(list(states))  # one per distinct state
+            scored = self._cached_scores(list(states))  # one per distinct state
             width = max(len(x.actions) for x in scored)
             logp = torch.full((len(scored), width), float("-inf"))  # (S, K)
             for i, x in enumerate(scored):
@@ -153,6 +159,20 @@ class ScoringPolicy(LMPolicy):
             self.num_calls += 1
             self.prompts_per_call.append(len(rows))
         return out  # type: ignore[return-value]
+
+    def _cached_scores(self, states: list[tuple]) -> list[ScoredState]:
+        """`_score` of each state, remembered for later turns while the weights stay the
+        same: an episode that revisits a state, or a group's episodes that reach one on
+        different turns, cost no forward (as `HFBackend` remembers prompt encodings). A
+        policy serves one rollout or evaluation in training, so its numbers depend on that
+        call's turns only."""
+        key = weights_key(self.model)
+        if key != self._scored_weights or len(self._scored) + len(states) > SCORED_CACHE_SIZE:
+            self._scored, self._scored_weights = {}, key
+        missing = [s for s in states if s not in self._scored]
+        if missing:
+            self._scored.update(zip(missing, self._score(missing)))
+        return [self._scored[s] for s in states]
 
     def _uniforms(self, eps: list[EpisodeState]) -> torch.Tensor:
         """(R,) one uniform per episode-turn, from the stream generation would use."""

@@ -15,6 +15,7 @@ from arborl.rollout import (
     RolloutConfig,
     ScoringPolicy,
     make_lm_policy,
+    run_episodes_with_policy,
     run_rollout,
 )
 
@@ -129,3 +130,29 @@ def test_a_candidate_response_parses_back_to_its_action(fmt):
     for action in ["up", "go north", "take key 3"]:
         parsed = parse_action(action_response(action, cfg), cfg)
         assert (parsed.action, parsed.format_ok) == (action, True)
+
+
+def test_a_state_met_again_is_scored_once_until_the_weights_change(policy, monkeypatch):
+    model, tok = policy
+    calls: list[int] = []  # states scored by each forward
+    real = ScoringPolicy._score
+    monkeypatch.setattr(
+        ScoringPolicy,
+        "_score",
+        lambda self, states: calls.append(len(states)) or real(self, states),
+    )
+    res = _rollout(policy, num_tasks=2, group_size=4, max_turns=6)
+    turns = [t for ep in res.episodes for t in ep.turns]
+    states = {(tuple(t.prompt_ids), tuple(t.choice.actions)) for t in turns}
+    assert sum(calls) == len(states) < len(turns)  # group members, walls bumped into
+
+    cfg = RolloutConfig(group_size=2, max_turns=1, seed=5)
+    scorer = ScoringPolicy(HFBackend(model, tok), tok, cfg, SCORE)
+    run_episodes_with_policy(scorer, MAZE, [1, 2], cfg, env_kwargs=SHORT)
+    calls.clear()
+    run_episodes_with_policy(scorer, MAZE, [1, 2], cfg, env_kwargs=SHORT)
+    assert calls == []  # the same two first states, same weights: no forward
+    with torch.no_grad():
+        next(model.parameters()).add_(0.0)  # an in-place write, as an optimizer step
+    run_episodes_with_policy(scorer, MAZE, [1, 2], cfg, env_kwargs=SHORT)
+    assert calls == [2]
