@@ -57,7 +57,7 @@ def _rollout_batch(cfg):
     rewards, _ = batch_rewards(res.batch, len(res.trajectories), cfg.reward.sources)
     train, _ = attach_advantages(res.batch, rewards, cfg.algo, None)
     train["adv"] = torch.randn(len(train), generator=torch.Generator().manual_seed(0))
-    from arborl.train.rl import ACTOR_KEYS
+    from arborl.train.engine import ACTOR_KEYS
 
     return train.select(*ACTOR_KEYS), model
 

@@ -29,7 +29,9 @@ def test_example_configs_load():
 
 
 def test_bad_values_name_the_key():
-    with pytest.raises(ConfigError, match=r"sources\[0\]\.format='csv' is not registered; choose one of \['auto'"):
+    with pytest.raises(
+        ConfigError, match=r"sources\[0\]\.format='csv' is not registered; choose one of \['auto'"
+    ):
         load_curate_config(["sources=[{path: a.jsonl, format: csv}]"])
     with pytest.raises(ConfigError, match=r"sources\[0\]\.path is empty"):
         load_curate_config(["sources=[{domain: web}]"])

@@ -17,9 +17,10 @@ from arborl.distributed.workers import TrainRole
 from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel, load_policy
 from arborl.rollout import draw_seeds, run_rollout
-from arborl.train.config import load_train_config
-from arborl.train.rl import CRITIC_KEYS, SCORE_KEYS, attach_advantages, batch_rewards
 from arborl.train.build import lr_lambda
+from arborl.train.config import load_train_config
+from arborl.train.engine import CRITIC_KEYS, SCORE_KEYS
+from arborl.train.rl import attach_advantages, batch_rewards
 from arborl.train.update import critic_update, critic_values, ppo_update, score_rows
 
 KL = 0.1
