@@ -208,6 +208,11 @@ class CurateConfig:
     """Folder the exports and the report are written to."""
     strict: bool = False
     """Stop at the first malformed row (naming file, row and field) instead of skipping it."""
+    max_memory_mb: int = field(default=256, metadata={"min": 0})
+    """Rows held in memory as objects, by estimated size (MB); past it, each further row is
+    spooled to a temporary file beside the output folder and read back when a stage needs
+    its text: slower, but memory then grows by ~1-3 KB per row whatever the rows' size
+    (docs/curation.md, "Memory"). 0 spools every row."""
 
     def validate(self, prefix: str = "config") -> None:
         for name, ratios in (("mix.ratios", self.mix.ratios), ("split.ratios", self.split.ratios)):

@@ -1,9 +1,12 @@
 """Exact and near-duplicate removal, and near-duplicate clustering for leak-free splits.
 
 Exact duplicates are found by hashing normalised text (`minhash.normalize`: invisible
-characters removed, NFKC, case folded, whitespace collapsed). Near duplicates use MinHash signatures of character shingles, computed for all
-rows at once (`arborl.curate.minhash`), and LSH bands: rows that share a band are the
-candidates, so finding them costs a few dict lookups per row instead of all pairs. The
+characters removed, NFKC, case folded, whitespace collapsed). Near duplicates use MinHash
+signatures of character shingles, computed a batch of rows at a time
+(`arborl.curate.minhash`), and LSH bands: rows that share a band are the candidates, so
+finding them costs a few dict lookups per row instead of all pairs. The texts are read
+from the records when a stage needs them (`LazyTexts`: a spooled row comes back from
+disk), never all held at once. The
 bands are chosen loosely (they propose extra candidates rather than miss pairs); a
 candidate whose signatures agree on far fewer bins than the threshold asks (6 standard
 errors below it, `estimate_floor`) is skipped, and every other one is confirmed by the
@@ -34,8 +37,9 @@ from arborl.curate.minhash import (
     estimate_floor,
     normalize,
     rows_sharing_a_key,
+    text_digest,
 )
-from arborl.curate.records import Record, conversation_text
+from arborl.curate.records import LazyTexts, Record, Subset, conversation_text
 
 Signers = dict[tuple[int, int, int], Signer]
 """Signers by (num_perm, shingle_size, seed): one per setting, shared by the stages of a run."""
@@ -54,7 +58,7 @@ def signer_for(signers: Signers | None, num_perm: int, size: int, seed: int) -> 
 def rank_key(r: Record) -> tuple:
     """Sort key, best first: higher score, won, higher return, earlier input."""
     score = r.score if r.score is not None else float("-inf")
-    return (-score, not r.traj.won, -r.traj.total_return)
+    return (-score, not r.won, -r.total_return)
 
 
 def best_first(records: Sequence[Record]) -> list[Record]:
@@ -62,7 +66,7 @@ def best_first(records: Sequence[Record]) -> list[Record]:
 
 
 def _bucket(r: Record, cfg: DedupConfig) -> bool | None:
-    return r.traj.won if cfg.same_outcome_only else None
+    return r.won if cfg.same_outcome_only else None
 
 
 def exact_dedup(records: list[Record], cfg: DedupConfig) -> tuple[list[Record], list[tuple]]:
@@ -95,7 +99,8 @@ def near_dedup(
     has Jaccard similarity >= `cfg.threshold` with it (exact, on the shingle sets of the
     kept rows it shares an LSH band with, past the estimate floor)."""
     order = best_first(records)
-    texts = [conversation_text(r.traj) for r in order]
+    # read from the records when needed (a spooled row from disk), never all held at once
+    texts = LazyTexts(order, lambda r: conversation_text(r.traj))
     signer = signer_for(signers, cfg.num_perm, cfg.shingle_size, cfg.seed)
     sig = signer.sign(texts)
     keys = band_keys(sig, *candidate_bands(cfg.threshold, cfg.num_perm))
@@ -140,19 +145,20 @@ def near_clusters(
     """Pairs (i, j, Jaccard) of texts at or above `threshold`, i < j, sorted. Identical
     texts pair at 1.0 without a search; distinct ones are signed once each and paired
     when they share an LSH band and their exact Jaccard similarity is high enough."""
-    groups: dict[str, list[int]] = {}
+    groups: dict[bytes, list[int]] = {}  # by digest: the texts are not kept
     for i, t in enumerate(texts):
-        groups.setdefault(t, []).append(i)
-    distinct = list(groups)
-    pairs = [(g[a], g[b], 1.0) for g in groups.values() if len(g) > 1
+        groups.setdefault(text_digest(t), []).append(i)
+    members = list(groups.values())
+    pairs = [(g[a], g[b], 1.0) for g in members if len(g) > 1
              for a in range(len(g)) for b in range(a + 1, len(g))]  # fmt: skip
-    if len(distinct) > 1:
+    if len(members) > 1:
+        distinct = Subset(texts, [g[0] for g in members])
         signer = signer_for(signers, num_perm, size, seed)
         bands = candidate_bands(threshold, num_perm)
         cand = signer.candidate_pairs(distinct, *bands, estimate_floor(threshold, num_perm))
         for p, q in cand.tolist():
             sim = signer.jaccard(distinct[p], distinct[q])
             if sim >= threshold:
-                pairs += [(min(i, j), max(i, j), sim) for i in groups[distinct[p]]
-                          for j in groups[distinct[q]]]  # fmt: skip
+                pairs += [(min(i, j), max(i, j), sim) for i in members[p]
+                          for j in members[q]]  # fmt: skip
     return sorted(pairs)

@@ -8,17 +8,17 @@
 
 A preference pair is two episodes of one task: the best (quality score, else won + return)
 against the worst, when the first is better by more than `export.min_margin`.
+
+Every export is written a row at a time, each row read from its record when it is
+written (a spooled row comes back from disk), so exporting holds no split in memory.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-import pyarrow.parquet as pq
 
 from arborl.curate.config import ExportConfig
 from arborl.curate.dedup import best_first
@@ -28,9 +28,11 @@ from arborl.curate.formats import (
     to_sharegpt_turns,
     verl_row,
     write_format,
+    write_jsonl,
+    write_task_parquet,
 )
-from arborl.curate.records import Record, atomic_write, trajectory_to_messages
-from arborl.data.tasks import task_table
+from arborl.curate.records import Record, trajectory_to_messages
+from arborl.data import Trajectory
 
 
 def training_messages(r: Record) -> list[dict]:
@@ -48,12 +50,12 @@ def training_messages(r: Record) -> list[dict]:
 def sft_row(r: Record, fmt: str) -> dict:
     msgs = training_messages(r)
     if fmt == "sharegpt":
-        return {"id": r.traj.task_id, "conversations": to_sharegpt_turns(msgs)}
+        return {"id": r.task_id, "conversations": to_sharegpt_turns(msgs)}
     return {"messages": to_openai_messages(msgs)}
 
 
 def pref_value(r: Record) -> float:
-    return r.score if r.score is not None else float(r.traj.won) + r.traj.total_return
+    return r.score if r.score is not None else float(r.won) + r.total_return
 
 
 def _split_prompt(msgs: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -63,12 +65,12 @@ def _split_prompt(msgs: list[dict]) -> tuple[list[dict], list[dict]]:
     return plain[:k], plain[k:]
 
 
-def preference_rows(records: list[Record], cfg: ExportConfig) -> list[dict]:
+def iter_preference_rows(records: list[Record], cfg: ExportConfig) -> Iterator[dict]:
+    """The pairs of `preference_rows`, one at a time (a pair's rows are read only then)."""
     by_task: dict[tuple, list[Record]] = defaultdict(list)
     for r in records:
-        if r.traj.steps:
+        if r.num_steps:
             by_task[r.task_key].append(r)
-    rows = []
     for group in by_task.values():
         ranked = best_first(group)
         for k in range(min(cfg.max_pairs_per_task, len(ranked) // 2)):
@@ -79,58 +81,72 @@ def preference_rows(records: list[Record], cfg: ExportConfig) -> list[dict]:
             p_r, rest_r = _split_prompt(training_messages(rejected))
             if p_c != p_r:  # same task id but another prompt: not a clean pair
                 continue
-            rows.append({
+            yield {
                 "prompt": p_c, "chosen": rest_c, "rejected": rest_r,
-                "task_id": chosen.traj.task_id, "env_id": chosen.traj.env_id,
+                "task_id": chosen.task_id, "env_id": chosen.env_id,
                 "domain": chosen.domain, "chosen_score": pref_value(chosen),
                 "rejected_score": pref_value(rejected),
                 "chosen_source": chosen.where, "rejected_source": rejected.where,
-            })  # fmt: skip
-    return rows
+            }  # fmt: skip
 
 
-def rl_rows(records: list[Record], split: str) -> list[dict]:
-    """One task row per distinct task (its best episode gives the prompt)."""
-    seen, rows = set(), []
+def preference_rows(records: list[Record], cfg: ExportConfig) -> list[dict]:
+    return list(iter_preference_rows(records, cfg))
+
+
+def iter_rl_rows(records: list[Record], split: str) -> Iterator[dict]:
+    """One task row per distinct task (its best episode gives the prompt), one at a time."""
+    seen: set[tuple[str, str]] = set()
     for r in best_first(records):
         if r.task_key in seen:
             continue
         seen.add(r.task_key)
-        rows.append(verl_row(r.traj, len(rows), split, r.domain))
-    return rows
+        yield verl_row(r.traj, len(seen) - 1, split, r.domain)
 
 
-def _jsonl(path: Path, rows: list[dict]) -> None:
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+def rl_rows(records: list[Record], split: str) -> list[dict]:
+    return list(iter_rl_rows(records, split))
+
+
+class _Curated(Sequence[Trajectory]):
+    """The split's trajectories as exported (`curated_split`, `quality_score` in meta),
+    each read when asked for: a format writer streams them."""
+
+    def __init__(self, records: list[Record], split: str) -> None:
+        self.records, self.split = records, split
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        r = self.records[i]
+        t = r.fresh_traj()
+        t.meta["curated_split"] = self.split
+        if r.score is not None:
+            t.meta["quality_score"] = r.score
+        return t
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        return (self[i] for i in range(len(self)))
 
 
 def export_split(out: Path, split: str, records: list[Record], cfg: ExportConfig) -> dict:
-    """Write the chosen exports of one split under `out/split`; returns rows per export
-    (and `lost_fields`, what the trajectories format could not hold)."""
+    """Write the chosen exports of one split under `out/split`, a row at a time; returns
+    rows per export (and `lost_fields`, what the trajectories format could not hold)."""
     counts: dict = {}
     d = out / split
     if "sft" in cfg.kinds:
-        sft = [r for r in records if r.traj.steps and (r.traj.won or not cfg.sft_won_only)]
-        _jsonl(d / "sft.jsonl", [sft_row(r, cfg.sft_format) for r in sft])
-        counts["sft"] = len(sft)
+        sft = (r for r in records if r.num_steps and (r.won or not cfg.sft_won_only))
+        counts["sft"] = write_jsonl(d / "sft.jsonl", (sft_row(r, cfg.sft_format) for r in sft))
     if "preference" in cfg.kinds:
-        pairs = preference_rows(records, cfg)
-        _jsonl(d / "preference.jsonl", pairs)
-        counts["preference"] = len(pairs)
+        counts["preference"] = write_jsonl(d / "preference.jsonl",
+                                           iter_preference_rows(records, cfg))  # fmt: skip
     if "rl" in cfg.kinds:
-        rows = rl_rows(records, split)
-        table = task_table(rows)
-        atomic_write(d / "rl.parquet", lambda p: pq.write_table(table, p))
-        counts["rl"] = len(rows)
+        counts["rl"] = write_task_parquet(d / "rl.parquet", iter_rl_rows(records, split))
     if "trajectories" in cfg.kinds:
-        trajs = []
-        for r in records:
-            t = copy.deepcopy(r.traj)
-            t.meta["curated_split"] = split
-            if r.score is not None:
-                t.meta["quality_score"] = r.score
-            trajs.append(t)
+        trajs = _Curated(records, split)
         fmt = cfg.trajectories_format
         name = "trajectories.parquet" if fmt == "verl" else "trajectories.jsonl"
         with warnings.catch_warnings():  # lost fields go to the report, not the terminal

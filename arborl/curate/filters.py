@@ -121,10 +121,9 @@ FILTERS: dict[str, Check] = {
 """Checks by name, in the order they run."""
 
 
-def apply_filters(
-    records: list[Record], cfg: FilterConfig
-) -> tuple[list[Record], list[tuple[Record, str, str]]]:
-    """(kept, [(record, filter name, reason)]) after every check in `FILTERS`."""
+def make_row_check(cfg: FilterConfig) -> Callable[[Record], tuple[str, str] | None]:
+    """`check(record)`: None to keep it, else (filter name, reason) of the first check in
+    `FILTERS` it fails. Settings are checked (and a tokenizer loaded) once, here."""
     count = make_token_counter(cfg.tokenizer) if cfg.max_tokens is not None else len
     if cfg.action_regex:
         try:
@@ -133,13 +132,27 @@ def apply_filters(
             raise ValueError(
                 f"filters.action_regex={cfg.action_regex!r} is not a regex: {e}"
             ) from e
+
+    def check(r: Record) -> tuple[str, str] | None:
+        for name, fn in FILTERS.items():
+            reason = fn(r, cfg, count)
+            if reason is not None:
+                return name, reason
+        return None
+
+    return check
+
+
+def apply_filters(
+    records: list[Record], cfg: FilterConfig
+) -> tuple[list[Record], list[tuple[Record, str, str]]]:
+    """(kept, [(record, filter name, reason)]) after every check in `FILTERS`."""
+    check = make_row_check(cfg)
     kept, dropped = [], []
     for r in records:
-        for name, check in FILTERS.items():
-            reason = check(r, cfg, count)
-            if reason is not None:
-                dropped.append((r, name, reason))
-                break
-        else:
+        failed = check(r)
+        if failed is None:
             kept.append(r)
+        else:
+            dropped.append((r, *failed))
     return kept, dropped

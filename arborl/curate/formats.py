@@ -20,8 +20,9 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -158,13 +159,46 @@ def _warn_lost(name: str, path: Path, lost: list[str]) -> list[str]:
     return lost
 
 
-def _write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+    """Write `rows` (read one at a time) as JSON Lines, atomically; returns how many."""
+    num = 0
+
     def write(p: Path) -> None:
+        nonlocal num
         with open(p, "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                num += 1
 
     atomic_write(path, write)
+    return num
+
+
+def batched(items: Iterable, size: int) -> Iterable[list]:
+    """Lists of `size` consecutive items (the last one shorter), read lazily."""
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def write_task_parquet(path: Path, rows: Iterable[dict], batch_rows: int = 4096) -> int:
+    """Write task rows (`task_table`'s layout) as parquet, `batch_rows` at a time (one row
+    group each), atomically; returns how many."""
+    import pyarrow.parquet as pq
+
+    from arborl.data.tasks import task_schema
+
+    num = 0
+
+    def write(p: Path) -> None:
+        nonlocal num
+        with pq.ParquetWriter(p, task_schema()) as w:
+            for batch in batched(rows, batch_rows):
+                w.write_table(task_table(batch))
+                num += len(batch)
+
+    atomic_write(path, write)
+    return num
 
 
 # --- sharegpt --------------------------------------------------------------------------
@@ -191,9 +225,9 @@ def _parse_sharegpt(row: dict, source: SourceConfig) -> Trajectory:
 
 
 def _write_sharegpt(path: Path, trajs: Sequence[Trajectory], action_format: str) -> list[str]:
-    rows = [{"id": t.task_id, "conversations": to_sharegpt_turns(trajectory_to_messages(t))}
-            for t in trajs]  # fmt: skip
-    _write_jsonl(path, rows)
+    rows = ({"id": t.task_id, "conversations": to_sharegpt_turns(trajectory_to_messages(t))}
+            for t in trajs)  # fmt: skip
+    write_jsonl(path, rows)
     holds = {"task_id", "instruction", "steps"}
     return _warn_lost("sharegpt", path, lost_fields(trajs, holds, action_format))
 
@@ -223,8 +257,8 @@ def _parse_openai(row: dict, source: SourceConfig) -> Trajectory:
 
 
 def _write_openai(path: Path, trajs: Sequence[Trajectory], action_format: str) -> list[str]:
-    rows = [{"messages": to_openai_messages(trajectory_to_messages(t))} for t in trajs]
-    _write_jsonl(path, rows)
+    rows = ({"messages": to_openai_messages(trajectory_to_messages(t))} for t in trajs)
+    write_jsonl(path, rows)
     holds = {"instruction", "steps"}
     return _warn_lost("openai", path, lost_fields(trajs, holds, action_format))
 
@@ -330,10 +364,7 @@ def verl_row(t: Trajectory, index: int, split: str = "", domain: str | None = No
 
 
 def _write_verl(path: Path, trajs: Sequence[Trajectory], action_format: str) -> list[str]:
-    import pyarrow.parquet as pq
-
-    table = task_table([verl_row(t, i) for i, t in enumerate(trajs)])
-    atomic_write(path, lambda p: pq.write_table(table, p))
+    write_task_parquet(path, (verl_row(t, i) for i, t in enumerate(trajs)))
     holds = {"task_id", "env_id", "seed", "won", "instruction", "meta"}
     lost = [k for k in lost_fields(trajs, holds, action_format) if k != "steps[].action"]
     if any(t.steps for t in trajs):
@@ -390,8 +421,10 @@ register_format(
 def write_format(
     name: str, path: str | Path, trajs: Sequence[Trajectory], action_format: str = "plain"
 ) -> list[str]:
-    """Write `trajs` in format `name` (atomically); returns the fields it could not hold."""
-    return get_format(name).write(Path(path), list(trajs), action_format)
+    """Write `trajs` in format `name` (atomically); returns the fields it could not hold.
+    A `Sequence` is read as it is (a lazy one streams: writers may read it twice)."""
+    trajs = trajs if isinstance(trajs, Sequence) else list(trajs)
+    return get_format(name).write(Path(path), trajs, action_format)
 
 
 def parse_row(row: Any, source: SourceConfig) -> Trajectory:

@@ -10,19 +10,23 @@ functions. The cost is one hash per shingle instead of `num_perm`, and it all ru
 numpy arrays holding a whole batch of texts (code points -> a hash of each `size`-gram ->
 bins by `np.minimum.at`): there is no Python loop per shingle or per permutation.
 
-`Signer` remembers each text it signed, its shingle set once one was needed for an exact
-Jaccard check, the Jaccard values and the candidate pairs of a list of texts, so the split
-stage and the leak check, which read the same task texts, do that work once. Bands are
-hashed to one 64-bit key per (row, band), which candidate searches put in plain dicts or
-sort.
+`Signer` remembers the signature of each text it signed, the Jaccard values it computed
+and the candidate pairs of a list of texts, so the split stage and the leak check, which
+read the same task texts, do that work once. It keys them by a 16-byte digest of the text,
+never by the text, and reads the texts it signs one batch at a time, so what it holds
+grows by about `num_perm` x 4 bytes per distinct text, whatever the texts' length (the
+curation memory bound, docs/curation.md). Shingle sets for exact Jaccard checks are kept
+for the most recent texts only (`MAX_CACHED_SHINGLES`). Bands are hashed to one 64-bit key
+per (row, band), which candidate searches put in plain dicts or sort.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import count
 
@@ -36,6 +40,15 @@ _CHUNK_CHARS = 1 << 21
 """Characters signed per batch: bounds the arrays of one batch (~16 bytes a character)."""
 _BLOCK = 1 << 14
 """Grams hashed per numpy pass: small enough that the temporaries stay in cache."""
+MAX_CACHED_SHINGLES = 1 << 18
+"""Shingles a `Signer` keeps in its recent shingle sets (~70 bytes each), at most."""
+MAX_CACHED_SIMS = 1 << 18
+"""Jaccard values a `Signer` keeps (~200 bytes each), at most."""
+
+
+def text_digest(text: str) -> bytes:
+    """16 bytes that stand for `text` in sets and dicts (instead of the text itself)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 _IGNORABLE_NOT_CF = (0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F,
@@ -181,50 +194,84 @@ class Signer:
         self.num_perm, self.shingle_size, self.seed = num_perm, shingle_size, seed
         self._key = _mix_int((seed * _MUL + 0x632BE59BD9B4E019) & _MASK64)
         self._tries: list[np.ndarray] = []  # densification: try t's source bin per bin
-        self._row: dict[str, int] = {}
+        self._row: dict[bytes, int] = {}  # text digest -> row of `_sigs`
         self._sigs = np.empty((0, num_perm), np.uint32)
-        self._sets: dict[str, set[str]] = {}
-        self._sims: dict[tuple[str, str], float] = {}
+        self._sets: dict[bytes, set[str]] = {}  # recent first-to-last
+        self._num_shingles = 0
+        self._sims: dict[tuple[bytes, bytes], float] = {}
         self._pairs: dict[tuple, np.ndarray] = {}
 
-    def sign(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), num_perm) uint32: the signature of every text, in order."""
-        new = [t for t in dict.fromkeys(texts) if t not in self._row]
-        if new:
-            parts = [self._sign_new(new[a:b]) for a, b in _chunks(new, _CHUNK_CHARS)]
-            base = len(self._row)
-            self._row.update((t, base + i) for i, t in enumerate(new))
+    def rows(self, texts: Iterable[str]) -> np.ndarray:
+        """(len(texts),) int64: each text's row of the signature table, signing the new
+        ones in batches of `_CHUNK_CHARS` characters. `texts` is read once, in order, and
+        no text is kept (a lazy sequence is read one text at a time)."""
+        out: list[int] = []
+        new: dict[bytes, int] = {}
+        batch: list[str] = []
+        parts: list[np.ndarray] = []
+        chars = 0
+        for t in texts:
+            key = text_digest(t)
+            row = self._row.get(key, new.get(key))
+            if row is None:
+                row = new[key] = len(self._row) + len(new)
+                if chars and chars + len(t) > _CHUNK_CHARS:
+                    parts.append(self._sign_new(batch))
+                    batch, chars = [], 0
+                batch.append(t)
+                chars += len(t)
+            out.append(row)
+        if batch:
+            parts.append(self._sign_new(batch))
+        if parts:
             self._sigs = np.concatenate([self._sigs, *parts])
-        return self._sigs[[self._row[t] for t in texts]]
+            self._row.update(new)
+        return np.asarray(out, np.int64)
+
+    def sign(self, texts: Iterable[str]) -> np.ndarray:
+        """(len(texts), num_perm) uint32: the signature of every text, in order."""
+        idx = self.rows(texts)  # first: it may grow the table
+        return self._sigs[idx]
 
     def candidate_pairs(
         self, texts: Sequence[str], bands: int, rows: int, floor: float
     ) -> np.ndarray:
         """(m, 2) sorted pairs (i < j) of `texts` that share an LSH band and agree on at
         least `floor` of their bins; kept, so the leak check's second ask is free."""
-        key = (tuple(texts), bands, rows, floor)
+        idx = self.rows(texts)
+        key = (hashlib.blake2b(idx.tobytes(), digest_size=16).digest(), bands, rows, floor)
         pairs = self._pairs.get(key)
         if pairs is None:
-            sig = self.sign(texts)
+            sig = self._sigs[idx]
             pairs = colliding_pairs(band_keys(sig, bands, rows))
             pairs = self._pairs[key] = pairs[agreement(sig, pairs) >= floor]
         return pairs
 
     def shingle_set(self, text: str) -> set[str]:
-        """`shingles(text, shingle_size)`, kept for the next exact Jaccard check."""
-        s = self._sets.get(text)
+        """`shingles(text, shingle_size)`; the most recent ones are kept for the next exact
+        Jaccard check (up to `MAX_CACHED_SHINGLES` shingles in all)."""
+        key = text_digest(text)
+        s = self._sets.pop(key, None)
         if s is None:
-            s = self._sets[text] = shingles(text, self.shingle_size)
+            s = shingles(text, self.shingle_size)
+            self._num_shingles += len(s)
+            while self._num_shingles > MAX_CACHED_SHINGLES and self._sets:
+                self._num_shingles -= len(self._sets.pop(next(iter(self._sets))))
+        self._sets[key] = s  # now the most recent
         return s
 
     def jaccard(self, a: str, b: str) -> float:
         """Exact Jaccard similarity of the two texts' shingle sets (kept for a second ask)."""
         if a == b:
             return 1.0
-        key = (a, b) if a < b else (b, a)
+        ka, kb = text_digest(a), text_digest(b)
+        key = (ka, kb) if ka < kb else (kb, ka)
         sim = self._sims.get(key)
         if sim is None:
-            sim = self._sims[key] = jaccard(self.shingle_set(a), self.shingle_set(b))
+            sim = jaccard(self.shingle_set(a), self.shingle_set(b))
+            if len(self._sims) >= MAX_CACHED_SIMS:
+                self._sims.pop(next(iter(self._sims)))
+            self._sims[key] = sim
         return sim
 
     def _sign_new(self, texts: list[str]) -> np.ndarray:
@@ -270,18 +317,6 @@ class Signer:
             hit = filled[rows, src]  # reads only filled bins, so writes never feed reads
             sig[rows[hit], cols[hit]] = sig[rows[hit], src[hit]]
             rows, cols = rows[~hit], cols[~hit]
-
-
-def _chunks(texts: list[str], max_chars: int) -> list[tuple[int, int]]:
-    """[start, end) ranges of `texts` with at most `max_chars` characters each (or one text)."""
-    out, start, total = [], 0, 0
-    for i, t in enumerate(texts):
-        if total and total + len(t) > max_chars:
-            out.append((start, i))
-            start, total = i, 0
-        total += len(t)
-    out.append((start, len(texts)))
-    return out
 
 
 def band_params(threshold: float, num_perm: int, fp_weight: float = 0.2) -> tuple[int, int]:

@@ -9,7 +9,6 @@ domain that runs short.
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
 
 import numpy as np
@@ -64,8 +63,5 @@ def mix_domains(records: list[Record], cfg: MixConfig) -> tuple[list[Record], li
                 (rows[i], f"domain {d!r} sampled down to {want} of {len(rows)} (mix.ratios)")
             )
         for k in range(max(0, want - len(rows))):  # upsampling: repeat rows round-robin
-            c = copy.copy(rows[order[k % len(rows)]])
-            c.traj = copy.deepcopy(c.traj)
-            c.traj.meta["mix_copy"] = k // len(rows) + 1
-            copies.append(c)
+            copies.append(rows[order[k % len(rows)]].mixed_copy(k // len(rows) + 1))
     return [r for r in records if id(r) in keep] + copies, dropped

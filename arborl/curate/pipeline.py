@@ -1,5 +1,11 @@
 """`run_curation(cfg)`: read -> filter -> score -> dedup -> mix -> split -> export -> report.
 
+Memory stays bounded as the input grows: the rows are read, filtered and scored one at a
+time (`_scan`), and once the rows held reach `max_memory_mb` the rest are spooled to a
+temporary file (`RowStore`), each record keeping only what the stages sort and group by.
+Later stages read a row's text back when they need it, and the exports write a row at a
+time (docs/curation.md, "Memory").
+
 Everything is computed before anything is written; then the whole output tree is built
 in a staging folder beside the output folder and swapped in by renaming folders (the old
 tree moves aside first, then the new one takes its name, then the old one is deleted). So
@@ -17,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -26,10 +33,10 @@ from arborl.config import to_dict
 from arborl.curate.config import CurateConfig
 from arborl.curate.dedup import Signers, exact_dedup, near_dedup
 from arborl.curate.exports import export_split
-from arborl.curate.filters import apply_filters
+from arborl.curate.filters import make_row_check
 from arborl.curate.mixing import mix_domains
-from arborl.curate.read import read_sources
-from arborl.curate.records import Record, _umask
+from arborl.curate.read import ReadResult, iter_records
+from arborl.curate.records import Record, RowStore, _umask
 from arborl.curate.report import Report
 from arborl.curate.scoring import make_scorer, score_all
 from arborl.curate.splits import assign_splits, check_leaks, input_leaks
@@ -37,21 +44,47 @@ from arborl.curate.splits import assign_splits, check_leaks, input_leaks
 log = logging.getLogger("arborl")
 
 
-def _score(records: list[Record], cfg: CurateConfig, report: Report) -> list[Record]:
+def _scan(cfg: CurateConfig, report: Report, store: RowStore) -> list[Record]:
+    """Read, filter and score the rows one at a time and spool each kept one to `store`:
+    what stays in memory is a slim `Record` per row (see `Record.spool`)."""
+    read = ReadResult()
+    check = make_row_check(cfg.filters)
     q = cfg.quality
-    if q.scorer is None:
-        return records
-    scorer = make_scorer(q.scorer, q.kwargs)
-    for r, s in zip(records, score_all(scorer, [r.traj for r in records], q.batch_size)):
-        r.score = s
-    if q.min_score is None:
-        return records
-    kept = []
-    for r in records:
-        if r.score >= q.min_score:
+    scorer = make_scorer(q.scorer, q.kwargs) if q.scorer is not None else None
+    counts: dict[str, Counter] = {s: Counter() for s in ("read", "filter", "quality")}
+    later = Report()  # quality drops, listed after every filter drop as the stages run
+    kept: list[Record] = []
+    batch: list[Record] = []
+
+    def flush() -> None:
+        if scorer is not None:
+            for r, s in zip(batch, score_all(scorer, [r.traj for r in batch], q.batch_size)):
+                r.score = s
+        for r in batch:
+            if scorer is not None and q.min_score is not None and r.score < q.min_score:
+                later.drop("quality", r, f"score {r.score:.4g} < quality.min_score={q.min_score:g}")
+                continue
+            counts["quality"][r.domain] += 1
+            r.spool(store)
             kept.append(r)
-        else:
-            report.drop("quality", r, f"score {r.score:.4g} < quality.min_score={q.min_score:g}")
+        batch.clear()
+
+    for r in iter_records(cfg.sources, cfg.strict, read):
+        counts["read"][r.domain] += 1
+        failed = check(r)
+        if failed is not None:
+            report.drop("filter", r, f"{failed[0]}: {failed[1]}")
+            continue
+        counts["filter"][r.domain] += 1
+        batch.append(r)
+        if len(batch) >= (q.batch_size if scorer is not None else 1):
+            flush()
+    flush()
+    report.files = read.files
+    report.add_malformed(read.malformed)
+    for stage, c in counts.items():
+        report.set_counts(stage, c)
+    report.dropped += later.dropped
     return kept
 
 
@@ -70,25 +103,20 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
-    """All stages up to and including the split; nothing is written."""
+def curate(cfg: CurateConfig, store: RowStore | None = None) -> tuple[list[Record], Report]:
+    """All stages up to and including the split; nothing is written. Rows past
+    `cfg.max_memory_mb` are spooled to `store` (default: a new one in the system's temp
+    folder), which the returned records read their rows from."""
+    if store is None:
+        store = RowStore(max_memory_bytes=cfg.max_memory_mb << 20)
     with _cyclic_gc_paused():
-        return _curate(cfg)
+        return _curate(cfg, store)
 
 
-def _curate(cfg: CurateConfig) -> tuple[list[Record], Report]:
+def _curate(cfg: CurateConfig, store: RowStore) -> tuple[list[Record], Report]:
     report = Report()
     signers: Signers = {}  # MinHash signatures, computed once per text and reused below
-    read = read_sources(cfg.sources, strict=cfg.strict)
-    report.files, records = read.files, read.records
-    report.add_malformed(read.malformed)
-    report.stage("read", records)
-    records, dropped = apply_filters(records, cfg.filters)
-    for r, name, reason in dropped:
-        report.drop("filter", r, f"{name}: {reason}")
-    report.stage("filter", records)
-    records = _score(records, cfg, report)
-    report.stage("quality", records)
+    records = _scan(cfg, report, store)
     near = partial(near_dedup, signers=signers)
     for stage, fn, on in (("dedup_exact", exact_dedup, cfg.dedup.exact),
                           ("dedup_near", near, cfg.dedup.near)):  # fmt: skip
@@ -180,7 +208,14 @@ def write_outputs(records: list[Record], report: Report, cfg: CurateConfig, out:
 
 
 def run_curation(cfg: CurateConfig, output_dir: str | Path | None = None) -> Report:
-    """Curate and write everything under `output_dir` (default `cfg.output_dir`)."""
-    records, report = curate(cfg)
-    write_outputs(records, report, cfg, Path(output_dir or cfg.output_dir))
+    """Curate and write everything under `output_dir` (default `cfg.output_dir`). Rows past
+    `cfg.max_memory_mb` are spooled beside it (a temporary file; see `RowStore`)."""
+    out = Path(output_dir or cfg.output_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    store = RowStore(out.parent, max_memory_bytes=cfg.max_memory_mb << 20)
+    try:
+        records, report = curate(cfg, store)
+        write_outputs(records, report, cfg, out)
+    finally:
+        store.close()
     return report

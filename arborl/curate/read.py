@@ -1,5 +1,8 @@
 """Read every source into `Record`s, skipping (or, strict, stopping at) malformed rows.
 
+Rows are read one at a time (`iter_records`): JSON Lines and parquet files are streamed,
+a `.json` file (one JSON list) is parsed whole.
+
 A malformed row never stops a lenient run: it is counted with its file, row number, field
 and reason, so the report accounts for every input row. Strict mode raises the first
 `MalformedRow`, before anything is written. A file that cannot be read at all (a folder,
@@ -9,8 +12,10 @@ UTF-16, no row that decodes as UTF-8 JSON) raises `UnreadableInput` in both mode
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arborl.curate.config import SourceConfig
 from arborl.curate.formats import parse_row
@@ -46,21 +51,35 @@ def expand_source(source: SourceConfig, prefix: str = "sources") -> list[Path]:
     return paths
 
 
-def read_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -> None:
+def _rows(path: Path, shown: str) -> Iterator[tuple[int, Any]]:
+    """`iter_rows(path)`, with a file that cannot be read at all as `UnreadableInput`."""
+    rows = iter_rows(path)
+    while True:
+        try:
+            item = next(rows)
+        except StopIteration:
+            return
+        except (OSError, ValueError, RecursionError) as e:  # a folder, UTF-16, bad parquet
+            raise UnreadableInput(f"{shown}: cannot read the file ({type(e).__name__}: {e})") from e
+        yield item
+
+
+def iter_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -> Iterator[Record]:
+    """The records of one file, one at a time (a JSONL or parquet file is streamed, so
+    memory does not grow with it); malformed rows go to `out.malformed`."""
     shown = display_path(path)
     out.files.append(shown)
-    try:
-        rows = list(iter_rows(path))
-    except (OSError, ValueError, RecursionError) as e:  # e.g. a folder, UTF-16, bad parquet
-        raise UnreadableInput(f"{shown}: cannot read the file ({type(e).__name__}: {e})") from e
-    if rows and all(isinstance(r, FieldError) and r.field in UNDECODABLE for _, r in rows):
-        first = rows[0][1]
-        raise UnreadableInput(
-            f"{shown}: no row is readable ({len(rows)} of {len(rows)} fail, the first at row "
-            f"{rows[0][0]}: {first.reason}); is it UTF-8 JSON Lines? (UTF-16 and latin-1 "
-            "files need converting: iconv -f latin1 -t utf-8)"
-        )
-    for row_no, row in rows:
+    undecodable: list[MalformedRow] = []  # held while every row so far is undecodable
+    seen_good = False
+    for row_no, row in _rows(path, shown):
+        if not seen_good and isinstance(row, FieldError) and row.field in UNDECODABLE:
+            undecodable.append(MalformedRow(shown, row_no, row.field, row.reason))
+            continue
+        if not seen_good:  # a row that decodes: the file is readable, so the rows held
+            seen_good = True  # before it are ordinary malformed rows
+            if undecodable and strict:
+                raise undecodable[0]
+            out.malformed += undecodable
         try:
             traj = parse_row(row, source)
         except FieldError as e:
@@ -74,18 +93,36 @@ def read_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -
         traj.meta["source_file"], traj.meta["source_row"] = shown, row_no
         if source.split:
             traj.meta["source_split"] = source.split
-        out.records.append(Record(traj=traj, file=shown, row=row_no, domain=str(domain)))
+        yield Record(traj=traj, file=shown, row=row_no, domain=str(domain))
+    if undecodable and not seen_good:
+        first = undecodable[0]
+        raise UnreadableInput(
+            f"{shown}: no row is readable ({len(undecodable)} of {len(undecodable)} fail, the "
+            f"first at row {first.row}: {first.reason}); is it UTF-8 JSON Lines? (UTF-16 and "
+            "latin-1 files need converting: iconv -f latin1 -t utf-8)"
+        )
 
 
-def read_sources(sources: list[SourceConfig], strict: bool = False) -> ReadResult:
-    """All rows of all sources, in order."""
+def read_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -> None:
+    """`iter_file` into `out.records` (all of the file's rows in memory)."""
+    out.records += iter_file(path, source, strict, out)
+
+
+def iter_records(sources: list[SourceConfig], strict: bool, out: ReadResult) -> Iterator[Record]:
+    """All rows of all sources, in order, one at a time; files and malformed rows are
+    recorded in `out` (its `records` stay empty)."""
     if not sources:
         raise ValueError(
             "no sources given; add `sources: [{path: data/*.jsonl}]` to the config or "
             "pass sources='[{path: a.jsonl}]'"
         )
-    out = ReadResult()
     for i, source in enumerate(sources):
         for path in expand_source(source, f"sources[{i}]"):
-            read_file(path, source, strict, out)
+            yield from iter_file(path, source, strict, out)
+
+
+def read_sources(sources: list[SourceConfig], strict: bool = False) -> ReadResult:
+    """All rows of all sources, in order, in memory (`iter_records` streams them)."""
+    out = ReadResult()
+    out.records = list(iter_records(sources, strict, out))
     return out

@@ -14,17 +14,20 @@ assistant = response or action), and a trailing user message is the final observ
 
 from __future__ import annotations
 
+import copy
 import json
+import marshal
 import os
+import pickle
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from arborl.agent.config import AgentConfig
 from arborl.agent.parsing import parse_action
+from arborl.curate.minhash import normalize, text_digest
 from arborl.data import Step, Trajectory
 
 USER_ROLES = ("user", "human", "observation", "tool")
@@ -54,22 +57,110 @@ class MalformedRow(ValueError):
         return {"file": self.file, "row": self.row, "field": self.field, "reason": self.reason}
 
 
-@dataclass
 class Record:
-    """One trajectory and its provenance as it moves through the stages."""
+    """One row and its provenance as it moves through the stages.
 
-    traj: Trajectory
-    """The row as a trajectory."""
-    file: str
-    """The input file (relative to the working directory when under it)."""
-    row: int
-    """Row number in the file: the line of a JSONL file, 1-based for .json and parquet."""
-    domain: str
-    """The domain that mixing and stratified splits group by."""
-    score: float | None = None
-    """Quality score (None: not scored)."""
-    split: str | None = None
-    """The curated split, once assigned."""
+    A record starts with its `Trajectory` in memory. The pipeline then `spool`s it: the
+    trajectory goes to a `RowStore` on disk and the record keeps only what the stages
+    sort and group by (outcome, return, ids, the instruction's key), so memory holds a few
+    hundred bytes per row whatever the row's size. `traj` reads a spooled row back (a
+    fresh object each time: change it freely)."""
+
+    __slots__ = ("_traj", "_store", "_offset", "file", "row", "domain", "score", "split",
+                 "mix_copy", "_summary", "_instruction_key")  # fmt: skip
+
+    def __init__(self, traj: Trajectory, file: str, row: int, domain: str,
+                 score: float | None = None, split: str | None = None) -> None:  # fmt: skip
+        self._traj: Trajectory | None = traj
+        self._store: RowStore | None = None
+        self._offset = -1
+        self.file = file
+        """The input file (relative to the working directory when under it)."""
+        self.row = row
+        """Row number in the file: the line of a JSONL file, 1-based for .json and parquet."""
+        self.domain = domain
+        """The domain that mixing and stratified splits group by."""
+        self.score = score
+        """Quality score (None: not scored)."""
+        self.split = split
+        """The curated split, once assigned."""
+        self.mix_copy = 0
+        """For a copy `mix.upsample` made: its number (1, 2, ...), else 0."""
+        self._summary: tuple | None = None  # `_summarize(traj)`, once spooled
+        self._instruction_key: bytes | None = None
+
+    # What the stages sort and group by: read from the trajectory while it is in memory,
+    # from the summary kept at `spool` time after.
+    @property
+    def won(self) -> bool:
+        return self._traj.won if self._traj is not None else self._summary[0]
+
+    @property
+    def total_return(self) -> float:
+        return self._traj.total_return if self._traj is not None else self._summary[1]
+
+    @property
+    def num_steps(self) -> int:
+        return self._traj.num_steps if self._traj is not None else self._summary[2]
+
+    @property
+    def task_id(self) -> str:
+        return self._traj.task_id if self._traj is not None else self._summary[3]
+
+    @property
+    def env_id(self) -> str:
+        return self._traj.env_id if self._traj is not None else self._summary[4]
+
+    @property
+    def input_split(self) -> str | None:
+        """The split the row's input gave it: an explicit source label first; `split` of
+        an arborl rollout is its env split."""
+        if self._traj is None:
+            return self._summary[5]
+        m = self._traj.meta
+        return m.get("source_split") or m.get("curated_split") or m.get("split")
+
+    @property
+    def traj(self) -> Trajectory:
+        """The row as a trajectory (read back from the store once spooled)."""
+        if self._traj is not None:
+            return self._traj
+        t = self._store.load(self._offset)  # type: ignore[union-attr]
+        if self.mix_copy:
+            t.meta["mix_copy"] = self.mix_copy
+        return t
+
+    def fresh_traj(self) -> Trajectory:
+        """`traj` as an object of its own (a copy while it is held in memory)."""
+        return copy.deepcopy(self._traj) if self._traj is not None else self.traj
+
+    def spool(self, store: RowStore) -> None:
+        """Move the trajectory to `store`, keeping only the fields the stages read (unless
+        the store still has room in memory for it: then it stays here)."""
+        t = self._traj
+        if t is None or store.hold(t):
+            return
+        self._instruction_key = self.instruction_key  # computed while `t` is in memory
+        self._summary = (t.won, t.total_return, t.num_steps, t.task_id, t.env_id,
+                         self.input_split)  # fmt: skip
+        self._offset, self._store, self._traj = store.append(t), store, None
+
+    def mixed_copy(self, number: int) -> Record:
+        """A copy for upsampling, marked `meta['mix_copy'] = number`."""
+        c = copy.copy(self)
+        c.mix_copy = number
+        if c._traj is not None:
+            c._traj = copy.deepcopy(c._traj)
+            c._traj.meta["mix_copy"] = number
+        return c
+
+    @property
+    def instruction_key(self) -> bytes:
+        """A digest of the normalised instruction (b"" for none), what splits group by."""
+        if self._traj is not None:  # in memory: what the trajectory says now
+            own = normalize(self._traj.instruction)
+            return text_digest(own) if own else b""
+        return self._instruction_key  # type: ignore[return-value]
 
     @property
     def where(self) -> str:
@@ -78,7 +169,132 @@ class Record:
     @property
     def task_key(self) -> tuple[str, str]:
         """(env id, task id): a task id is only unique within its env."""
-        return (self.traj.env_id, self.traj.task_id)
+        return (self.env_id, self.task_id)
+
+
+class RowStore:
+    """Where the curation pipeline's rows live: in memory up to `max_memory_bytes` of
+    estimated object size (`estimated_bytes`), on disk after that, in an unnamed temporary
+    file (deleted when closed or collected) read back by offset. Rows go to disk as
+    `marshal` data (JSON-like values: 2-3x faster than pickle), or a pickle for a value
+    marshal cannot hold; written and read by this process only, so no input is ever
+    unpickled (rows are parsed from their formats first)."""
+
+    def __init__(self, folder: str | os.PathLike | None = None,
+                 max_memory_bytes: int = 0) -> None:  # fmt: skip
+        self.folder, self.max_memory_bytes = folder, max_memory_bytes
+        self._file: Any = None  # opened on the first row that does not fit in memory
+        self._end = 0
+        self.held_bytes = 0
+        """Estimated size of the rows `hold` kept in memory."""
+        self.num_rows = 0
+        """Rows written to disk."""
+
+    def hold(self, traj: Trajectory) -> bool:
+        """Whether `traj` fits in the memory budget (then it is counted, and its record
+        keeps it); once one row does not fit, no later one does either."""
+        if self._file is not None:
+            return False
+        size = estimated_bytes(traj)
+        if self.held_bytes + size > self.max_memory_bytes:
+            return False
+        self.held_bytes += size
+        return True
+
+    def append(self, traj: Trajectory) -> int:
+        """Write `traj` to disk; returns its offset for `load`."""
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(dir=self.folder, prefix=".arborl-curate-rows-")
+        t = traj
+        try:
+            steps = [(s.observation, s.action, s.reward, s.terminated, s.truncated, s.info,
+                      s.response) for s in t.steps]  # fmt: skip
+            blob = b"m" + marshal.dumps((t.task_id, t.env_id, t.seed, t.instruction, steps,
+                                         t.won, t.meta))  # fmt: skip
+        except ValueError:  # a value marshal cannot write (not from a JSON-like source)
+            blob = b"p" + pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)
+        offset = self._end
+        self._file.seek(offset)
+        self._file.write(len(blob).to_bytes(8, "little") + blob)
+        self._end += 8 + len(blob)
+        self.num_rows += 1
+        return offset
+
+    def load(self, offset: int) -> Trajectory:
+        """The trajectory written at `offset`, as a new object."""
+        self._file.seek(offset)
+        size = int.from_bytes(self._file.read(8), "little")
+        blob = self._file.read(size)
+        if blob[:1] == b"p":
+            return pickle.loads(blob[1:])
+        task_id, env_id, seed, instruction, steps, won, meta = marshal.loads(blob[1:])
+        return Trajectory(task_id, env_id, seed, instruction, [Step(*s) for s in steps], won,
+                          meta)  # fmt: skip
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def estimated_bytes(t: Trajectory) -> int:
+    """A rough size of `t` as Python objects: its text plus a fixed cost per object (a
+    step with its dicts is ~0.5 KB; the trajectory with its meta ~0.6 KB)."""
+    size = 600 + len(t.instruction) + 100 * len(t.meta)
+    for s in t.steps:
+        size += 500 + len(s.observation) + len(s.action) + len(s.response or "")
+        size += 100 * len(s.info)
+    return size
+
+
+class LazyTexts(Sequence[str]):
+    """`fn(record)` of each record, computed when asked for: the texts the stages compare,
+    without holding all of them at once. The texts of rows held in memory are kept; of
+    spooled rows, only the most recent few (`keep`, `keep_chars`)."""
+
+    def __init__(self, records: Sequence[Record], fn: Callable[[Record], str],
+                 keep: int = 256, keep_chars: int = 1 << 22) -> None:  # fmt: skip
+        self.records, self.fn, self.keep, self.keep_chars = records, fn, keep, keep_chars
+        self._held: dict[int, str] = {}
+        self._recent: dict[int, str] = {}
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        text = self._held.get(i) or self._recent.get(i)
+        if text is None:
+            r = self.records[i]
+            text = self.fn(r)
+            if r._traj is not None:  # a row held in memory anyway: keep its text as well
+                self._held[i] = text
+                return text
+            self._chars += len(text)
+            self._recent[i] = text
+            while len(self._recent) > self.keep or self._chars > self.keep_chars:
+                self._chars -= len(self._recent.pop(next(iter(self._recent))))  # the oldest
+        return text
+
+    def __iter__(self) -> Iterator[str]:
+        for r in self.records:  # streaming: nothing kept
+            yield self.fn(r)
+
+
+class Subset(Sequence[str]):
+    """`texts[indices[k]]` for k in range(len(indices)), without copying the texts."""
+
+    def __init__(self, texts: Sequence[str], indices: Sequence[int]) -> None:
+        self.texts, self.indices = texts, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        return self.texts[self.indices[k]]
 
 
 def display_path(path: str | os.PathLike) -> str:
@@ -128,7 +344,8 @@ def iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
     elif path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        yield from enumerate(pq.read_table(path).to_pylist(), 1)
+        rows = (r for b in pq.ParquetFile(path).iter_batches(1024) for r in b.to_pylist())
+        yield from enumerate(rows, 1)  # a batch of rows at a time
     else:
         raise ValueError(
             f"input {str(path)!r} has suffix {path.suffix!r}; use .jsonl, .json or .parquet"

@@ -35,9 +35,13 @@ class Report:
         """Record the rows per domain kept after stage `name`."""
         self.counts[name] = dict(sorted(Counter(r.domain for r in records).items()))
 
+    def set_counts(self, name: str, counts: Counter) -> None:
+        """`stage` from counts made as the rows went by (the streamed first stages)."""
+        self.counts[name] = dict(sorted(counts.items()))
+
     def drop(self, stage: str, r: Record, reason: str) -> None:
         self.dropped.append({"stage": stage, "file": r.file, "row": r.row, "domain": r.domain,
-                             "task_id": r.traj.task_id, "reason": reason})  # fmt: skip
+                             "task_id": r.task_id, "reason": reason})  # fmt: skip
 
     def add_malformed(self, rows: list[MalformedRow]) -> None:
         self.malformed += [m.to_dict() for m in rows]

@@ -12,13 +12,14 @@ own split labels had in more than one split (the OpenManus-RL defect).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
 from arborl.curate.config import SplitConfig
 from arborl.curate.dedup import Signers, near_clusters
 from arborl.curate.minhash import normalize
-from arborl.curate.records import Record
+from arborl.curate.records import LazyTexts, Record, Subset
 
 
 class _UnionFind:
@@ -35,35 +36,36 @@ class _UnionFind:
         self.parent[self.find(i)] = self.find(j)
 
 
-def own_instructions(records: list[Record], preamble_min_tasks: int = 5) -> list[str]:
-    """Each row's instruction, normalised as dedup compares text (`normalize`: one task
-    written in NFD, fullwidth or with zero-width spaces is one instruction), or "" where it
-    is a preamble: an instruction that rows of at least `preamble_min_tasks` different
-    tasks share word for word (every Maze task has the same one). Two or three ids under
-    one instruction are more likely a leak."""
-    norm = {i: normalize(i) for i in {r.traj.instruction for r in records}}
-    tasks_of: dict[str, set] = defaultdict(set)
-    for r in records:
-        tasks_of[norm[r.traj.instruction]].add(r.task_key)
-    out = []
-    for r in records:
-        instr = norm[r.traj.instruction]
-        out.append(instr if len(tasks_of[instr]) < preamble_min_tasks else "")
-    return out
+def own_instructions(records: list[Record], preamble_min_tasks: int = 5) -> list[bytes]:
+    """Each row's instruction as a key (`Record.instruction_key`: a digest of the text
+    dedup compares, `normalize`d, so one task written in NFD, fullwidth or with zero-width
+    spaces is one instruction), or b"" where it is empty or a preamble: an instruction that
+    rows of at least `preamble_min_tasks` different tasks share word for word (every Maze
+    task has the same one). Two or three ids under one instruction are more likely a leak."""
+    keys = [r.instruction_key for r in records]
+    tasks_of: dict[bytes, set] = defaultdict(set)
+    for r, key in zip(records, keys):
+        if key and len(tasks_of[key]) < preamble_min_tasks:  # enough to call it a preamble
+            tasks_of[key].add(r.task_key)
+    return [k if k and len(tasks_of[k]) < preamble_min_tasks else b"" for k in keys]
 
 
-def task_texts(records: list[Record], mode: str, preamble_min_tasks: int = 5) -> list[str]:
+def task_texts(records: list[Record], mode: str, preamble_min_tasks: int = 5) -> Sequence[str]:
     """The text that identifies each row's task: its own instruction (no preamble), plus
-    the first observation in `prompt` mode (where the task instance usually lives)."""
+    the first observation in `prompt` mode (where the task instance usually lives). Made
+    when asked for (`LazyTexts`), so a large input's texts are not all held at once."""
     owns = own_instructions(records, preamble_min_tasks)
-    if mode == "instruction":
-        return owns
-    texts = []
-    for r, own in zip(records, owns):
+    own_of = {id(r): bool(own) for r, own in zip(records, owns)}
+
+    def text(r: Record) -> str:
         t = r.traj
+        own = normalize(t.instruction) if own_of[id(r)] else ""
+        if mode == "instruction":
+            return own
         first = t.steps[0].observation if t.steps else t.meta.get("final_observation") or ""
-        texts.append(f"{own}\n{first}".strip())
-    return texts
+        return f"{own}\n{first}".strip()
+
+    return LazyTexts(records, text)
 
 
 def linked_pairs(
@@ -77,14 +79,14 @@ def linked_pairs(
         if j != i:
             pairs.append((j, i, f"same task id {r.traj.task_id!r}"))
     if cfg.text_check != "off":
-        first_with: dict[str, int] = {}  # one task statement, several ids: the same task
+        first_with: dict[bytes, int] = {}  # one task statement, several ids: the same task
         for i, own in enumerate(own_instructions(records, cfg.preamble_min_tasks)):
             j = first_with.setdefault(own, i) if own else i
             if j != i and records[i].task_key != records[j].task_key:
                 pairs.append((j, i, "same instruction"))
         texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
         idx = [i for i, t in enumerate(texts) if t]  # empty text links nothing
-        near = near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed, signers=signers)
+        near = near_clusters(Subset(texts, idx), cfg.threshold, seed=cfg.seed, signers=signers)
         for a, b, sim in near:
             i, j = idx[a], idx[b]
             if records[i].task_key != records[j].task_key:
@@ -145,12 +147,12 @@ def check_leaks(records: list[Record], cfg: SplitConfig, signers: Signers | None
     if cfg.text_check != "off":
         texts = task_texts(records, cfg.text_check, cfg.preamble_min_tasks)
         idx = [i for i, t in enumerate(texts) if t]  # empty text is no task statement
-        near = near_clusters([texts[i] for i in idx], cfg.threshold, seed=cfg.seed, signers=signers)
+        near = near_clusters(Subset(texts, idx), cfg.threshold, seed=cfg.seed, signers=signers)
         for a, b, sim in near:
             i, j = idx[a], idx[b]
             if records[i].split != records[j].split:
                 by_text.append(f"{records[i].where} ~ {records[j].where} ({sim:.2f})")
-        first_with: dict[str, Record] = {}
+        first_with: dict[bytes, Record] = {}
         for r, own in zip(records, own_instructions(records, cfg.preamble_min_tasks)):
             other = first_with.setdefault(own, r) if own else r
             if other.split != r.split:
@@ -160,9 +162,8 @@ def check_leaks(records: list[Record], cfg: SplitConfig, signers: Signers | None
 
 
 def input_split(r: Record) -> str | None:
-    m = r.traj.meta
-    # An explicit source label first; `split` of an arborl rollout is its env split.
-    return m.get("source_split") or m.get("curated_split") or m.get("split")
+    """The split the row's input gave it (`Record.input_split`), if any."""
+    return r.input_split
 
 
 def input_leaks(records: list[Record], pairs: list[tuple[int, int, str]]) -> list[dict]:

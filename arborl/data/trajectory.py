@@ -99,20 +99,21 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> Path:
-    """Write trajectories to `.jsonl` or `.parquet` (chosen by suffix), atomically."""
+    """Write trajectories to `.jsonl` or `.parquet` (chosen by suffix), atomically. A
+    JSONL file is written one trajectory at a time (`trajectories` may be a stream)."""
     path = Path(path)
-    records = [t.to_dict() for t in trajectories]
     if path.suffix == ".jsonl":
 
         def write(p: Path) -> None:
             with open(p, "w") as f:
-                for r in records:
-                    f.write(json.dumps(r) + "\n")
+                for t in trajectories:
+                    f.write(json.dumps(t.to_dict()) + "\n")
 
     elif path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        records = [t.to_dict() for t in trajectories]
         # Steps and meta are nested and heterogeneous across envs: keep them as JSON
         # strings so every env's trajectories share one flat schema.
         table = pa.table(
