@@ -36,7 +36,7 @@ from arborl.curate.minhash import (
     band_params,
     estimate_floor,
     normalize,
-    rows_sharing_a_key,
+    shared_keys,
     text_digest,
 )
 from arborl.curate.records import LazyTexts, Record, Subset, conversation_text
@@ -106,13 +106,15 @@ def near_dedup(
     keys = band_keys(sig, *candidate_bands(cfg.threshold, cfg.num_perm))
     floor = estimate_floor(cfg.threshold, cfg.num_perm)
     buckets = [_bucket(r, cfg) for r in order]
-    salt = np.array([_BUCKET_SALT[b] for b in buckets], np.uint64)[:, None]
+    keys ^= np.array([_BUCKET_SALT[b] for b in buckets], np.uint64)[:, None]  # in place
     tables: dict[bool | None, dict[int, list[int]]] = defaultdict(dict)
     dropped = {}
     # a row that shares no band with any row of its bucket has no candidates and is
-    # nobody's: it is kept without a look-up, so only the few others take the loop below
-    for i in np.flatnonzero(rows_sharing_a_key(keys ^ salt)).tolist():
-        table, row_keys = tables[buckets[i]], keys[i].tolist()
+    # nobody's: it is kept without a look-up, so only the few others take the loop below;
+    # and of those, only the keys another row has go into (and are looked up in) a table
+    shared = shared_keys(keys)
+    for i in np.flatnonzero(shared.any(axis=1)).tolist():
+        table, row_keys = tables[buckets[i]], keys[i][shared[i]].tolist()
         others = np.array(sorted({j for key in row_keys for j in table.get(key, ())}), int)
         best = None
         if others.size:

@@ -26,7 +26,7 @@ import hashlib
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from functools import lru_cache
 from itertools import count
 
@@ -205,32 +205,51 @@ class Signer:
         """(len(texts),) int64: each text's row of the signature table, signing the new
         ones in batches of `_CHUNK_CHARS` characters. `texts` is read once, in order, and
         no text is kept (a lazy sequence is read one text at a time)."""
+        known = len(self._row)
+        # Room for every text if all are new (rows never touched stay unallocated pages),
+        # so the new signatures are written in place, not gathered and concatenated.
+        room = len(texts) if isinstance(texts, Sized) else 0
+        table = np.empty((known + room, self.num_perm), np.uint32)
+        table[:known] = self._sigs
+        used = known
         out: list[int] = []
         new: dict[bytes, int] = {}
         batch: list[str] = []
-        parts: list[np.ndarray] = []
         chars = 0
+
+        def flush() -> None:
+            nonlocal table, used
+            part = self._sign_new(batch)
+            if used + len(part) > len(table):  # `texts` had no length
+                table = np.concatenate([table[:used], part])
+            else:
+                table[used : used + len(part)] = part
+            used += len(part)
+
         for t in texts:
             key = text_digest(t)
             row = self._row.get(key, new.get(key))
             if row is None:
-                row = new[key] = len(self._row) + len(new)
+                row = new[key] = known + len(new)
                 if chars and chars + len(t) > _CHUNK_CHARS:
-                    parts.append(self._sign_new(batch))
+                    flush()
                     batch, chars = [], 0
                 batch.append(t)
                 chars += len(t)
             out.append(row)
         if batch:
-            parts.append(self._sign_new(batch))
-        if parts:
-            self._sigs = np.concatenate([self._sigs, *parts])
+            flush()
+        if new:
+            self._sigs = table[:used]
             self._row.update(new)
         return np.asarray(out, np.int64)
 
     def sign(self, texts: Iterable[str]) -> np.ndarray:
-        """(len(texts), num_perm) uint32: the signature of every text, in order."""
+        """(len(texts), num_perm) uint32: the signature of every text, in order (read
+        only: a run of new texts is a view of the signer's table, not a copy)."""
         idx = self.rows(texts)  # first: it may grow the table
+        if idx.size and idx[-1] - idx[0] == idx.size - 1 and (np.diff(idx) == 1).all():
+            return self._sigs[idx[0] : idx[-1] + 1]
         return self._sigs[idx]
 
     def candidate_pairs(
@@ -385,9 +404,15 @@ def colliding_pairs(keys: np.ndarray) -> np.ndarray:
     return np.unique(out, axis=0) if out.size else out
 
 
+def shared_keys(keys: np.ndarray) -> np.ndarray:
+    """(n, bands) bool: which band keys another row also has. Only those can ever name a
+    candidate, so a search table needs no other key (most of a large set's are unique)."""
+    flat = np.sort(keys.ravel())
+    dup = np.unique(flat[1:][flat[1:] == flat[:-1]])
+    return np.isin(keys, dup)
+
+
 def rows_sharing_a_key(keys: np.ndarray) -> np.ndarray:
     """(n,) bool: rows with a band key that another row also has (the only ones with
     candidates at all; the rest of a large set usually is most of it)."""
-    flat = np.sort(keys.ravel())
-    dup = np.unique(flat[1:][flat[1:] == flat[:-1]])
-    return np.isin(keys, dup).any(axis=1)
+    return shared_keys(keys).any(axis=1)
