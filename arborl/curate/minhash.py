@@ -366,9 +366,15 @@ def estimate_floor(threshold: float, num_perm: int) -> float:
     return threshold - max(0.15, 6.0 * se)
 
 
-def agreement(sig: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-    """(m,) share of equal bins of each pair (i, j) of rows of `sig`: the Jaccard estimate."""
-    return (sig[pairs[:, 0]] == sig[pairs[:, 1]]).mean(axis=1)
+def agreement(sig: np.ndarray, pairs: np.ndarray, chunk: int = 1 << 14) -> np.ndarray:
+    """(m,) share of equal bins of each pair (i, j) of rows of `sig`: the Jaccard estimate.
+    `chunk` pairs at a time: the chance candidates of a large set can number millions, and
+    gathering both rows of all of them at once took num_perm x 8 bytes a pair."""
+    out = np.empty(len(pairs))
+    for a in range(0, len(pairs), chunk):
+        p = pairs[a : a + chunk]
+        out[a : a + len(p)] = (sig[p[:, 0]] == sig[p[:, 1]]).mean(axis=1)
+    return out
 
 
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
