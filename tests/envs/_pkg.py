@@ -1,14 +1,15 @@
 """Shared set-up for the env-package tests: the counter fixture package, set up once.
 
 `setup_env` is idempotent (keyed by the manifest hash) and the `ARBORL_HOME` used here is
-one folder per pytest session, so however many test modules ask for the package, its venv
-is built once per session. Import the fixtures into a test module to use them:
+one folder per pytest session (shared by its xdist workers, who take turns on a lock), so
+however many test modules ask for the package, its venv is built once per session. Import the fixtures into a test module to use them:
 `from ._pkg import *  # noqa: F403` (a star import: `__all__` holds the fixtures only, and
 pytest's fixture-as-argument pattern would otherwise read as a redefinition to ruff).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -24,11 +25,16 @@ __all__ = ["_counter_session", "counter_home", "counter_interp"]
 
 @pytest.fixture(scope="session")
 def _counter_session(tmp_path_factory):
-    home = tmp_path_factory.getbasetemp() / "arborl-home"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    home = base / "arborl-home"
     old = os.environ.get("ARBORL_HOME")
     os.environ["ARBORL_HOME"] = str(home)
     try:
-        interp = setup_env(add_package(FIXTURE), log=lambda line: None)
+        with open(base / "arborl-home.lock", "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one worker registers and builds
+            interp = setup_env(add_package(FIXTURE), log=lambda line: None)
     finally:
         if old is None:
             os.environ.pop("ARBORL_HOME")

@@ -167,3 +167,25 @@ def test_failing_command_shows_command_and_output(tmp_path, monkeypatch):
         and "called with: create --yes" in Path(f"{prefix}.log").read_text()
     )
     assert not (prefix / STAMP).exists()  # a failed set-up is never stamped done
+
+
+def test_concurrent_setups_take_turns(counter_interp, counter_home):
+    """A second `setup_env` of a package waits for the one in progress, then reuses its build
+    (before the lock, it deleted the first one's half-built prefix)."""
+    from arborl.envs.packages.isolate import _setup_lock
+
+    code = (
+        "import sys; from arborl.envs.packages.isolate import setup_env;"
+        "from arborl.envs.packages.manifest import load_manifest;"
+        f"setup_env(load_manifest({str(FIXTURE)!r}), log=lambda s: print(s, flush=True))"
+    )
+    env = {**os.environ, "ARBORL_HOME": str(counter_home)}
+    with _setup_lock(counter_interp.prefix, "test", log=lambda s: None):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env=env)  # fmt: skip
+        first = proc.stdout.readline()
+        assert "another set-up of this package is running; waiting" in first
+        time.sleep(0.3)
+        assert proc.poll() is None  # still waiting while the lock is held
+    rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "already set up" in rest

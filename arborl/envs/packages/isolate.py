@@ -15,6 +15,8 @@ prefix. Every command and its output go to `<prefix>.log`; a failing command rai
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -211,8 +213,30 @@ def _stamp_ok(prefix: Path, key: str) -> bool:
 def setup_env(
     m: EnvManifest, force: bool = False, timeout_s: float = 1800.0, log=print
 ) -> Interpreter:
-    """Build (or find already built) the isolated interpreter of package `m`."""
-    prefix, key = prefix_for(m), setup_hash(m)
+    """Build (or find already built) the isolated interpreter of package `m`.
+
+    Two set-ups of the same package (two shells, or parallel test workers) take turns on
+    `<prefix>.lock`: the second waits, then finds the first's build and returns it."""
+    prefix = prefix_for(m)
+    with _setup_lock(prefix, m.name, log):
+        return _setup_env(m, prefix, force, timeout_s, log)
+
+
+@contextlib.contextmanager
+def _setup_lock(prefix: Path, name: str, log):
+    """Hold an exclusive `flock` on `<prefix>.lock` (released when the process dies)."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_name(prefix.name + ".lock"), "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"{name}: another set-up of this package is running; waiting for it")
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def _setup_env(m: EnvManifest, prefix: Path, force: bool, timeout_s: float, log) -> Interpreter:
+    key = setup_hash(m)
     python = _bin(prefix, "python")
     backend = Path(find_conda() or "conda").name if m.conda else "venv"
     interp = Interpreter(prefix, python, backend, m)
