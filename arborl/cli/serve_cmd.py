@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="longest time one request may hold the model, in seconds; past it the client "
         "gets 504 (default 300; 0: no limit). Requests take the model in arrival order",
     )
+    p.add_argument(
+        "--tool-parser",
+        default="hermes",
+        help="how generated tool calls are read (a name of arborl.generation.tools."
+        "TOOL_PARSERS; default hermes: <tool_call>{json}</tool_call> blocks)",
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
@@ -81,6 +87,6 @@ def run(args: argparse.Namespace) -> int:
     )
     app = create_app(backend, tokenizer, args.model_name or args.checkpoint, api_key=key,
                      max_tokens_limit=args.max_tokens, max_rows=args.max_rows,
-                     max_request_s=args.max_request_s)  # fmt: skip
+                     max_request_s=args.max_request_s, tool_parser=args.tool_parser)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

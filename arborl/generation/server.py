@@ -23,17 +23,22 @@ Design choices:
   re-encoding text (not exact with BPE).
 * Chat logprobs' `bytes` are each token's raw bytes (`token_bytes`), so the pieces of one
   UTF-8 character join back to it.
+* Tool calling (`arborl.generation.tools`): `tools` reach the chat template (natively, or as
+  Hermes-format text for templates without tool support), `tool` messages go back into it,
+  and generated `<tool_call>` blocks come back as OpenAI `tool_calls` (`finish_reason`
+  "tool_calls"). Output that tries a call and does not parse is returned as text, never a
+  5xx. `--tool-parser` picks the parser (`TOOL_PARSERS`).
+* A `CallRecorder` (the training gateway, `arborl.generation.gateway`) may check each call
+  against its session, set the sampling parameters and record what was sampled.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
-from collections.abc import Iterator
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -41,7 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+from arborl.generation.sse import stream_chat, stream_completions
 from arborl.generation.token_bytes import token_bytes
+from arborl.generation.tools import TOOL_PARSERS, MessageError, parse_tool_calls, render_chat
 from arborl.serving import (
     DEFAULT_LIMITS,
     Guard,
@@ -57,6 +64,8 @@ MAX_ROWS = 256
 MAX_REQUEST_S = 300.0
 """Default longest time one request may hold the model (seconds; `--max-request-s`)."""
 FLAG = "`arborl serve --max-request-s`"
+SESSION_HEADER = "x-arborl-session"
+"""The request header naming a call's session (episode); also the response header."""
 
 
 class _Base(BaseModel):
@@ -74,6 +83,8 @@ class _Base(BaseModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     return_token_ids: bool = False
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Base):
@@ -87,6 +98,9 @@ class ChatRequest(_Base):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class APIError(Exception):
@@ -95,6 +109,31 @@ class APIError(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
+
+
+class CallRecorder(Protocol):
+    """What a server with a recorder (the gateway) asks of it around each call."""
+
+    def begin(
+        self, session: str | None, params: SamplingParams, num_rows: int
+    ) -> tuple[SamplingParams, Any]:
+        """Check that the call may run in `session` (raise `APIError` if not) and return the
+        sampling parameters to use and a ticket for `end`. Runs before the model is taken."""
+        ...
+
+    def end(self, ticket: Any, call: dict[str, Any]) -> str:
+        """Record a finished call (`call`: kind, request, prompt_ids, choices, sampling);
+        returns the session id it went to."""
+        ...
+
+
+def session_of(request: Request, req: _Base) -> str | None:
+    """The session a call names: the URL path (`/s/<id>/v1/...`, see `SessionPath`), the
+    `X-Arborl-Session` header, `metadata.session_id`, or the `user` field, first found."""
+    sid = request.scope.get("arborl_session") or request.headers.get(SESSION_HEADER)
+    if not sid and isinstance(req.metadata, dict):
+        sid = req.metadata.get("session_id")
+    return str(sid or req.user or "") or None
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:
@@ -159,8 +198,14 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str, where: str) -> list[i
                        f"{type(e).__name__}") from e  # fmt: skip
 
 
-def _sse(obj: dict | str) -> str:
-    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n"
+def _with_session(result: Any, session: str | None) -> Any:
+    """The handler's reply, with the session it was recorded in as a response header."""
+    if session is None:
+        return result
+    if isinstance(result, dict):
+        return JSONResponse(result, headers={SESSION_HEADER: session})
+    result.headers[SESSION_HEADER] = session
+    return result
 
 
 def create_app(
@@ -173,6 +218,9 @@ def create_app(
     max_rows: int = MAX_ROWS,
     limits: Limits = DEFAULT_LIMITS,
     max_request_s: float | None = MAX_REQUEST_S,
+    tool_parser: str = "hermes",
+    recorder: CallRecorder | None = None,
+    guard: dict[str, Any] | None = None,
 ) -> FastAPI:
     """Build the FastAPI app serving `backend` under the model id `model_name`.
 
@@ -180,9 +228,13 @@ def create_app(
     401, before the body is read). `default_max_tokens` applies to chat requests that give
     no limit; `max_tokens_limit` (default: the model context) bounds every request.
     `max_request_s` (None or 0: no limit) bounds how long one request holds the model.
+    `tool_parser` names the `TOOL_PARSERS` entry that reads generated tool calls;
+    `recorder` (the gateway) checks and records every call; `guard` overrides `Guard`'s
+    keyword arguments (the gateway's per-session `authorize`).
     """
     if max_request_s is not None and not max_request_s >= 0:
         raise ValueError(f"max_request_s={max_request_s} must be >= 0 (0: no limit)")
+    TOOL_PARSERS.get(tool_parser)  # an unknown parser fails here, listing the known ones
     app = FastAPI(title="arborl serve", version="1")
     queue = ModelQueue()
     created = int(time.time())
@@ -190,9 +242,9 @@ def create_app(
     max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
     vocab = len(tokenizer)
     install_handlers(app, render_error)
-    app.add_middleware(
-        Guard, token=api_key, render=render_error, limits=limits, auth_kind="authentication_error"
-    )
+    guard_kwargs = {"token": api_key, "render": render_error, "limits": limits,
+                    "auth_kind": "authentication_error", **(guard or {})}  # fmt: skip
+    app.add_middleware(Guard, **guard_kwargs)
 
     @app.exception_handler(APIError)
     def _api_error(_request: Request, exc: APIError) -> JSONResponse:
@@ -206,7 +258,7 @@ def create_app(
                 "not_found_error",
             )
 
-    def run(prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str]):
+    def run(prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str], session):
         _check_limits(prompts, req, max_tokens, vocab, max_tokens_limit, max_rows)
         params = SamplingParams(
             max_new_tokens=max_tokens,
@@ -217,12 +269,32 @@ def create_app(
             stop=stops,
             seed=req.seed,
         )
+        ticket = None
+        if recorder is not None:
+            params, ticket = recorder.begin(session, params, len(prompts) * req.n)
         repeated = [p for p in prompts for _ in range(req.n)]
         try:
             with queue.hold():
-                return backend.generate(repeated, params)
+                return backend.generate(repeated, params), params, ticket
         except ValueError as e:
             raise APIError(400, str(e)) from e
+
+    def record(ticket, kind: str, request: dict, prompts, outs, params, extra) -> str | None:
+        if recorder is None:
+            return None
+        choices = [
+            {"response_ids": list(c.token_ids), "logprobs": list(c.logprobs),
+             "finish_reason": c.finish_reason, **x}
+            for c, x in zip(outs, extra)
+        ]  # fmt: skip
+        sampling = {"temperature": params.temperature, "top_p": params.top_p,
+                    "top_k": params.top_k, "max_tokens": params.max_new_tokens,
+                    "stop": list(params.stop), "seed": params.seed,
+                    "row_seeds": params.row_seeds}  # fmt: skip
+        call = {"kind": kind, "request": request, "sampling": sampling,
+                "prompt_ids": [list(p) for p in prompts], "n": len(outs) // len(prompts),
+                "choices": choices}  # fmt: skip
+        return recorder.end(ticket, call)
 
     def finish_text(c: Completion, req: _Base, stops: list[str]) -> str:
         text = tokenizer.decode(c.token_ids, skip_special_tokens=req.skip_special_tokens)
@@ -244,13 +316,15 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await run_request(request, partial(complete, req), max_request_s, FLAG)
+        work = partial(complete, req, session_of(request, req))
+        return await run_request(request, work, max_request_s, FLAG)
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
-        return await run_request(request, partial(chat_complete, req), max_request_s, FLAG)
+        work = partial(chat_complete, req, session_of(request, req))
+        return await run_request(request, work, max_request_s, FLAG)
 
-    def complete(req: CompletionRequest):
+    def complete(req: CompletionRequest, session: str | None):
         check_model(req)
         if req.echo:
             raise APIError(400, "echo=true is not supported; set echo=false")
@@ -264,7 +338,9 @@ def create_app(
             for i, p in enumerate(prompt)
         ]
         stops = _stops(req.stop)
-        outs = run(prompts, req, req.max_tokens or min(16, max_tokens_limit), stops)
+        outs, params, ticket = run(
+            prompts, req, req.max_tokens or min(16, max_tokens_limit), stops, session
+        )
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         choices = []
         for i, c in enumerate(outs):
@@ -290,47 +366,51 @@ def create_app(
             )
             if req.return_token_ids:
                 choices[-1]["token_ids"] = list(c.token_ids)
+        extra = [{"text": ch["text"]} for ch in choices]
+        session = record(ticket, "completion", {"prompt": req.prompt}, prompts, outs, params, extra)
         base = {"id": rid, "object": "text_completion", "created": now, "model": model_name}
         if req.stream:
-            return StreamingResponse(
-                _stream_completions(base, choices), media_type="text/event-stream"
-            )
+            stream = stream_completions(base, choices)
+            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
         for ch in choices:
             ch.pop("pieces")
-        return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
+        return _with_session(
+            {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}, session
+        )
 
-    def chat_complete(req: ChatRequest):
+    def chat_complete(req: ChatRequest, session: str | None):
         check_model(req)
         try:
-            text = tokenizer.apply_chat_template(
-                req.messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # jinja errors (unknown role, missing key) are client errors
-            raise APIError(400, f"could not apply the chat template to messages: {e}") from e
+            text = render_chat(tokenizer, req.messages, req.tools)
+        except MessageError as e:
+            raise APIError(400, str(e)) from e
         prompts = [_encode(tokenizer, text, "messages")]
         stops = _stops(req.stop)
-        outs = run(
-            prompts,
-            req,
-            req.max_completion_tokens
-            or req.max_tokens
-            or min(default_max_tokens, max_tokens_limit),
-            stops,
+        max_tokens = (
+            req.max_completion_tokens or req.max_tokens or min(default_max_tokens, max_tokens_limit)
         )
+        outs, params, ticket = run(prompts, req, max_tokens, stops, session)
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         base = {"id": rid, "object": "chat.completion", "created": now, "model": model_name}
         req.skip_special_tokens = True  # chat content never shows <|end|> and friends
-        contents = [finish_text(c, req, stops) for c in outs]
+        tools = req.tools if req.tool_choice != "none" else None
+        parses = [parse_tool_calls(finish_text(c, req, stops), tools, tool_parser) for c in outs]
+        extra = [{"text": finish_text(c, req, stops), "content": p.content,
+                  "tool_calls": p.calls, "tool_call_error": p.error}
+                 for c, p in zip(outs, parses)]  # fmt: skip
+        request = {"messages": req.messages, "tools": req.tools, "tool_choice": req.tool_choice}
+        session = record(ticket, "chat", request, prompts, outs, params, extra)
+        reasons = ["tool_calls" if p.calls else c.finish_reason for c, p in zip(outs, parses)]
         if req.stream:
-            pieces = [
-                list(_pieces(tokenizer, c.token_ids, t, True)) for c, t in zip(outs, contents)
-            ]
-            reasons = [c.finish_reason for c in outs]
-            return StreamingResponse(
-                _stream_chat(base, pieces, reasons), media_type="text/event-stream"
-            )
+            chunks = [
+                {"pieces": list(_pieces(tokenizer, c.token_ids, p.content, True)) if not p.calls
+                 else [p.content], "tool_calls": p.calls, "finish_reason": r}
+                for c, p, r in zip(outs, parses, reasons)
+            ]  # fmt: skip
+            stream = stream_chat(base, chunks)
+            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
         choices = []
-        for i, (c, content) in enumerate(zip(outs, contents)):
+        for i, (c, p, reason) in enumerate(zip(outs, parses, reasons)):
             logprobs = None
             if req.logprobs:
                 toks = [tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
@@ -341,46 +421,15 @@ def create_app(
                         for s, b, lp in zip(toks, raw, _finite(c.logprobs))
                     ]
                 }
+            message: dict[str, Any] = {"role": "assistant", "content": p.content}
+            if p.calls:
+                message["content"] = p.content or None
+                message["tool_calls"] = p.calls
             choices.append(
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": content},
-                    "logprobs": logprobs,
-                    "finish_reason": c.finish_reason,
-                }
+                {"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason}
             )
-        return {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}
+        return _with_session(
+            {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}, session
+        )
 
     return app
-
-
-def _stream_completions(base: dict, choices: list[dict]) -> Iterator[str]:
-    for ch in choices:
-        for piece in ch["pieces"]:
-            choice = {"index": ch["index"], "text": piece, "logprobs": None, "finish_reason": None}
-            yield _sse({**base, "choices": [choice]})
-        last = {
-            "index": ch["index"],
-            "text": "",
-            "logprobs": None,
-            "finish_reason": ch["finish_reason"],
-        }
-        yield _sse({**base, "choices": [last]})
-    yield _sse("[DONE]")
-
-
-def _stream_chat(base: dict, pieces: list[list[str]], reasons: list[str]) -> Iterator[str]:
-    base = {**base, "object": "chat.completion.chunk"}
-    for i, (ps, reason) in enumerate(zip(pieces, reasons)):
-        role = {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-        yield _sse({**base, "choices": [role]})
-        for p in ps:
-            if p:
-                yield _sse(
-                    {
-                        **base,
-                        "choices": [{"index": i, "delta": {"content": p}, "finish_reason": None}],
-                    }
-                )
-        yield _sse({**base, "choices": [{"index": i, "delta": {}, "finish_reason": reason}]})
-    yield _sse("[DONE]")

@@ -4,7 +4,9 @@ It runs before FastAPI reads or validates anything, so an unauthenticated client
 make a server parse its body (a 50 MB upload or a 100k-deep JSON array is refused as 401,
 413 or 400 at once), and every route but the open ones (`/health`) needs the token,
 `/docs` and `/openapi.json` included. Each server renders the error in its own JSON shape
-through `render(status, kind, message) -> dict`.
+through `render(status, kind, message) -> dict`. A server whose credentials are not one
+token (the training gateway: one key per session) passes `authorize(scope, header) -> bool`,
+which then decides instead of `token`, still before the body is read.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ class Guard:
 
     def __init__(self, app: Any, token: str | None, render: Render, limits: Limits = DEFAULT_LIMITS,
                  open_paths: tuple[str, ...] = ("/health",), hint: str = "",
-                 auth_kind: str = "unauthorized") -> None:  # fmt: skip
+                 auth_kind: str = "unauthorized",
+                 authorize: Callable[[dict, str | None], bool] | None = None) -> None:  # fmt: skip
         self.app, self.token, self.render, self.limits = app, token, render, limits
         self.open_paths, self.hint, self.auth_kind = open_paths, hint, auth_kind
+        self.authorize = authorize
 
     async def _send_error(self, send: Any, status: int, kind: str, message: str) -> None:
         body = json.dumps(self.render(status, kind, message)).encode()
@@ -41,8 +45,10 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.token and scope["path"] not in self.open_paths:
-            if not bearer_ok(headers.get("authorization"), self.token):
+        if (self.token or self.authorize) and scope["path"] not in self.open_paths:
+            header = headers.get("authorization")
+            ok = self.authorize(scope, header) if self.authorize else bearer_ok(header, self.token)
+            if not ok:
                 msg = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
                 await self._send_error(send, 401, self.auth_kind, msg + self.hint)
                 return
