@@ -24,6 +24,8 @@ COMMANDS: list[tuple[str, str, str]] = [
      "SFT warm start + RL (any registered algorithm) with held-out evaluation"),
     ("sft", "arborl.cli.sft_cmd",
      "SFT warm start only (oracle demos or a trajectory file), saved for `arborl train`"),
+    ("compare", "arborl.cli.compare_cmd",
+     "run, resume or collect a grid of runs (arms x seeds) and compare them, paired"),
     ("rollout", "arborl.cli.rollout_cmd", "run a policy on an env and write trajectories"),
     ("eval", "arborl.cli.eval_cmd",
      "success rate of a policy with a 95%% CI, beside random and oracle"),

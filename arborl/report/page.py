@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from arborl.report.charts import build_charts, eval_points
+from arborl.report.compare import compare_runs, comparison_chart, comparison_html
 from arborl.report.episodes import build_episodes, config_diff, pairs
 from arborl.report.load import RunData
 
@@ -100,8 +101,13 @@ def config_section(runs: list[RunData]) -> str:
 def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 20) -> str:
     """The HTML of the report of `runs` (see the module docstring)."""
     episodes = build_episodes(runs)
+    charts, comparison = build_charts(runs, max_points), ""
+    if len(runs) > 1:  # arms x seeds, paired: the table `arborl compare` prints
+        result = compare_runs(runs)
+        charts.insert(0, comparison_chart(result))
+        comparison = '<h2 id="comparison-h">Comparison of arms</h2>' + comparison_html(result)
     data = {
-        "charts": build_charts(runs, max_points),
+        "charts": charts,
         "episodes": episodes,
         "pairs": pairs(episodes),
         "trees": [{"run": r.name, "name": n, "html": h} for r in runs for n, h in r.trees.items()],
@@ -112,6 +118,7 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
         title=html.escape(title),
         css=(HERE / "report.css").read_text(),
         runs=runs_table(runs),
+        comparison=comparison,
         config_title="Resolved config" if len(runs) == 1 else "Config differences",
         config=config_section(runs),
         data=_script_json(data),
@@ -126,6 +133,7 @@ _PAGE = """<!doctype html>
 <h1>{title}</h1>
 <nav id="nav"></nav>
 {runs}
+{comparison}
 <div id="charts"></div>
 <h2 id="episodes">Episodes</h2>
 <div class="filters">

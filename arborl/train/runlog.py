@@ -78,6 +78,22 @@ def _lock(path: Path) -> Any:
     return f
 
 
+def lock_holder(path: str | Path) -> str | None:
+    """Who holds run folder `path` now (what its `.lock` says), or None when no live
+    trainer does. A check, not a claim: the folder may be taken right after."""
+    lock = Path(path) / LOCK_FILE
+    if not lock.exists():
+        return None
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            return f.read().strip() or "a process that has not written its pid yet"
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 @dataclass
 class RunDir:
     """The folder of one run and its open log handles; its one writer while open (the

@@ -1,0 +1,107 @@
+"""`arborl compare`: arms x seeds from one start per seed, paired gains and differences.
+
+    arborl compare env=maze trainer.total_steps=40 --algos grpo gigpo --seeds 0 1 2
+    arborl compare env=sokoban --arm lr3e-4 algo.lr=3e-4 --arm lr1e-3 algo.lr=1e-3 \\
+        --start runs/warm/checkpoints/sft/policy --out runs/cmp-lr
+    arborl compare --out runs/cmp-lr            # resume (or re-collect) that grid
+    arborl compare --config grid.yaml --collect # tabulate what exists, run nothing
+
+The grid logic is `arborl.train.compare`; this module only turns flags into its config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def grid_data(args: argparse.Namespace) -> dict:
+    """The `CompareConfig` keys of the command line: a YAML file's (`--config`, or the
+    `grid.yaml` of `--out` when no arm is given), then the flags over it."""
+    from arborl.config import load_config, to_dict
+    from arborl.train.compare import CompareConfig
+
+    file = args.config
+    if file is None and not (args.arm or args.algos) and args.out:
+        saved = Path(args.out) / "grid.yaml"
+        file = str(saved) if saved.exists() else None
+    data = {}
+    if file:  # checked as it is read; the flags then replace or extend its keys
+        data = to_dict(load_config(CompareConfig, files=[file]))
+    arms = {name: list(overrides) for name, *overrides in args.arm or []}
+    arms.update({algo: [f"algo={algo}"] for algo in args.algos or []})
+    if arms:
+        data["arms"] = arms
+    data["base"] = [*data.get("base", []), *args.overrides]
+    data["sft"] = [*data.get("sft", []), *(args.sft or [])]
+    for key in ("seeds", "start", "out", "level"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
+    if args.pair:
+        data["pairs"] = [list(p) for p in args.pair]
+    return data
+
+
+def _run(args: argparse.Namespace) -> int:
+    from arborl.config import ConfigError, from_dict
+    from arborl.train.compare import CompareConfig, GridConflict, run_grid
+    from arborl.train.runlog import RunDirBusy
+
+    try:
+        cfg = from_dict(CompareConfig, grid_data(args), prefix="compare.")
+        result = run_grid(cfg, fresh=args.fresh, collect_only=args.collect)
+    except (ConfigError, GridConflict, RunDirBusy) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("\n" + result["text"])
+    out = Path(cfg.out)
+    print(f"\nwrote {out / 'comparison.json'}, {out / 'comparison.txt'}", end="")
+    print(f" and {out / 'report.html'}" if (out / "report.html").exists() else "")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="run, resume or collect a grid of runs (arms x seeds) and compare them, paired",
+        description="Run every arm (a set of `arborl train` overrides) on every seed from one "
+        "start per seed (an `arborl sft` run of that seed, or --start POLICY), all evaluated "
+        "on the same held-out tasks with the same sampling seed; then print and write each "
+        "arm's gain over the start with a 95% t interval over seeds, the paired per-seed "
+        "differences between arms with their intervals and on how many seeds each led, and "
+        "the training curves. Finished runs are collected, half-finished ones resumed from "
+        "their last checkpoint (docs/training.md, 'Comparing recipes').",
+    )
+    p.add_argument(
+        "overrides", nargs="*", help="key=value overrides every run shares (env=NAME, budget)"
+    )
+    p.add_argument(
+        "--arm", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
+        help="an arm: its name, then its key=value overrides (repeatable)",
+    )  # fmt: skip
+    p.add_argument(
+        "--algos", nargs="+", metavar="ALGO", help="one arm per algorithm: NAME with algo=NAME"
+    )
+    p.add_argument("--seeds", nargs="+", type=int, help="seeds of every arm (default 0 1 2)")
+    p.add_argument(
+        "--start", default=None,
+        help="'sft' (default: one `arborl sft` run per seed) or a policy folder / model "
+        "name every run starts RL from",
+    )  # fmt: skip
+    p.add_argument(
+        "--sft", nargs="+", metavar="OVERRIDE", help="overrides of the SFT start runs only"
+    )
+    p.add_argument(
+        "--pair", nargs=2, action="append", metavar=("A", "B"),
+        help="compare arm A minus arm B per seed (repeatable; default: every two arms)",
+    )  # fmt: skip
+    p.add_argument("--level", type=float, default=None, help="interval level (default 0.95)")
+    p.add_argument(
+        "--out", default=None,
+        help="the grid's folder (default runs/compare); alone, it resumes the grid it holds",
+    )  # fmt: skip
+    p.add_argument("--config", default=None, help="a YAML file of the grid's keys (grid.yaml)")
+    p.add_argument("--collect", action="store_true", help="run nothing: compare what exists")
+    p.add_argument("--fresh", action="store_true", help="rerun every cell from scratch")
+    p.set_defaults(func=_run)

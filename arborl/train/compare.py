@@ -1,0 +1,324 @@
+"""`arborl compare`: a grid of runs (arms x seeds) run, resumed or collected, then compared.
+
+An arm is a list of `arborl train` overrides (an algorithm, a learning rate, scoring vs
+generating); a seed sets `trainer.seed`, `model.seed` and `sft.seed` of every run. Per
+seed, every arm starts RL from the same policy (one `arborl sft` run of that seed,
+`sft-s<seed>/`, or one given policy for all seeds) and every run is evaluated on the same
+held-out tasks with the same sampling seed (`eval.seed`), so gains and differences are
+paired. Overrides that would break the pairing are refused before any work. The numbers
+(gains with t intervals over seeds, paired differences, curves) are
+`arborl.report.compare`'s; this module owns the grid.
+
+Resuming: each run folder gets `compare_cell.json` (arm, seed, settings) before its run
+starts, and running the grid again
+- collects a run whose folder has a summary.json and the same settings (never reruns it);
+- resumes an RL run that stopped half-way with `trainer.resume=auto`, from its newest
+  checkpoint that verifies (the checkpoint holds the before-RL evaluation, so the gain
+  stays paired); one without such a checkpoint, and an unfinished SFT start, start over;
+- reruns the RL runs of a seed whose SFT start is (re)trained: their start changed;
+- leaves alone a folder that another live trainer holds (grids of disjoint seeds may run
+  in parallel into one folder; a last call collects them all);
+- refuses a folder that holds a run of other settings, unless `fresh` (rerun every cell).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arborl.config import ConfigError, dump_yaml, to_dict
+from arborl.report.compare import CELL_FILE, EVAL_KEYS, SEED_KEYS
+
+GRID_KEYS = (*SEED_KEYS, "trainer.name", "trainer.output_dir", "trainer.resume", "sft.enabled")
+"""Settings the grid sets in every run itself (no arm, `base` or `sft` may)."""
+ARM_KEYS_REFUSED = (*EVAL_KEYS, "model.name_or_path", "sft")
+"""Settings an arm may not change: the held-out tasks and their sampling, the start and
+the SFT that makes it are what all arms of a seed share."""
+LEFT = {
+    "busy": ": another process trains it",
+    "blocked": ": its SFT start is still being trained by another process",
+}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
+
+
+@dataclass
+class CompareConfig:
+    """A grid of runs: every arm on every seed, paired per seed on one start and one set
+    of held-out tasks (`arborl compare`, a YAML file of these keys or its flags)."""
+
+    arms: dict[str, list[str]] = field(default_factory=dict)
+    """Arm name -> the `arborl train` overrides it tries, e.g. `{grpo: [algo=grpo], gigpo:
+    [algo=gigpo, algo.lr=1e-4]}`. An arm may not change the env, the evaluation, the start
+    or the SFT (`ARM_KEYS_REFUSED`): those are what it is compared on."""
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    """Seeds; each sets `trainer.seed`, `model.seed` and `sft.seed` of its runs."""
+    base: list[str] = field(default_factory=list)
+    """Overrides every run shares (SFT starts included): the env, the budget, the
+    evaluation size, e.g. `[env=sokoban, trainer.max_env_steps=10000,
+    eval.num_episodes=200]`."""
+    start: str = "sft"
+    """What RL starts from: "sft" trains one `arborl sft` run per seed (`base` + `sft`,
+    in `sft-s<seed>/`) that every arm of that seed starts from; anything else is a policy
+    folder (an SFT checkpoint such as `runs/warm/checkpoints/sft/policy`) or a model name
+    that every run starts from."""
+    sft: list[str] = field(default_factory=list)
+    """Overrides of the SFT start runs only (start=sft), e.g. `[sft.steps=200,
+    sft.num_demos=100]`."""
+    out: str = "runs/compare"
+    """The grid's folder: a run folder per cell (`<arm>-s<seed>/`, `sft-s<seed>/`),
+    `grid.yaml`, `comparison.json`, `comparison.txt` and `report.html`."""
+    pairs: list[list[str]] = field(default_factory=list)
+    """Arm pairs [a, b] compared per seed (a minus b); empty: every two arms, the later
+    one minus the earlier."""
+    level: float = field(default=0.95, metadata={"min": 0.5, "max": 0.999})
+    """Confidence level of the intervals over seeds."""
+
+    def validate(self, prefix: str = "compare") -> None:
+        if not self.arms:
+            raise ConfigError(
+                f"{prefix}.arms is empty: give at least one, e.g. --arm grpo algo=grpo"
+            )
+        for name, overrides in self.arms.items():
+            if not NAME.match(name) or name == "sft":
+                raise ConfigError(
+                    f"{prefix}.arms: {name!r} cannot name a run folder; use letters, digits and "
+                    "_.+=- (not 'sft', the start runs' name)"
+                )
+            check_keys(overrides, f"{prefix}.arms.{name}", GRID_KEYS + ARM_KEYS_REFUSED)
+            if any(o.split("=", 1)[0].strip() == "env" for o in overrides):
+                raise ConfigError(f"{prefix}.arms.{name} selects an env: put env=NAME in base")
+        refused = GRID_KEYS if self.start == "sft" else (*GRID_KEYS, "model.name_or_path")
+        check_keys(self.base, f"{prefix}.base", refused)
+        check_keys(self.sft, f"{prefix}.sft", GRID_KEYS)
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ConfigError(f"{prefix}.seeds={self.seeds}: give distinct seeds >= 0")
+        for pair in self.pairs:
+            if len(pair) != 2 or not set(pair) <= set(self.arms):
+                raise ConfigError(
+                    f"{prefix}.pairs: {pair} is not two of the arms {list(self.arms)}"
+                )
+
+
+def check_keys(overrides: list[str], path: str, refused: tuple[str, ...]) -> None:
+    """Fail naming the first override of `overrides` that sets a key under `refused`."""
+    for i, item in enumerate(overrides):
+        key = item.split("=", 1)[0].strip()
+        hit = next((r for r in refused if key == r or key.startswith(r + ".")), None)
+        if hit:
+            why = "the grid sets it" if hit in GRID_KEYS else "every arm of a seed shares it"
+            raise ConfigError(f"{path}[{i}]={item!r}: {hit} is not set here ({why})")
+
+
+@dataclass
+class Cell:
+    """One run of the grid: an SFT start (`kind` "sft", arm "sft") or an arm's RL run."""
+
+    kind: str
+    arm: str
+    seed: int
+    settings: list[str]
+    """The user's overrides for it (`base` + the arm's, or `base` + `sft`)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-s{self.seed}"
+
+    def marker(self, start: str) -> dict[str, Any]:
+        return {
+            "arm": self.arm,
+            "seed": self.seed,
+            "kind": self.kind,
+            "settings": self.settings,
+            "start": start,
+        }
+
+
+def plan_grid(cfg: CompareConfig) -> list[Cell]:
+    """The cells in run order: per seed its SFT start (start=sft), then every arm."""
+    cells = []
+    for seed in cfg.seeds:
+        if cfg.start == "sft":
+            cells.append(Cell("sft", "sft", seed, [*cfg.base, *cfg.sft]))
+        cells += [Cell("rl", arm, seed, [*cfg.base, *o]) for arm, o in cfg.arms.items()]
+    return cells
+
+
+def cell_overrides(cfg: CompareConfig, cell: Cell) -> list[str]:
+    """Everything a cell's run is given: its settings, then the grid's own keys."""
+    out = Path(cfg.out)
+    own = [f"{k}={cell.seed}" for k in SEED_KEYS]
+    own += [f"trainer.output_dir={out}", f"trainer.name={cell.name}"]
+    if cell.kind == "rl":
+        start = cfg.start
+        if start == "sft":
+            start = str(out / f"sft-s{cell.seed}" / "checkpoints" / "sft" / "policy")
+        own += [f"model.name_or_path={start}", "sft.enabled=false"]
+    return [*cell.settings, *own]
+
+
+class GridConflict(RuntimeError):
+    """A cell's folder holds a run of other settings."""
+
+
+def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False) -> str:
+    """What a new call does with `cell`: "new" (no folder), "done" (finished, same
+    settings: collected), "resume" (RL run with a checkpoint), "rerun" (half-done without
+    one, or `fresh`), "busy" (a live trainer holds it: left alone). Raises GridConflict
+    when the folder holds a run of other settings and not `fresh`."""
+    from arborl.train.checkpoint import latest_checkpoint
+    from arborl.train.runlog import lock_holder
+
+    path = Path(cfg.out) / cell.name
+    if not path.exists():
+        return "new"
+    if lock_holder(path):
+        return "busy"
+    marker = path / CELL_FILE
+    found = json.loads(marker.read_text()) if marker.exists() else None
+    if found != cell.marker(cfg.start):
+        if fresh:
+            return "rerun"
+        what = f"settings {found}" if found else f"no {CELL_FILE} (not a run of a grid)"
+        raise GridConflict(
+            f"{path} holds a run with {what}, not {cell.marker(cfg.start)}; move or delete "
+            "that folder, give another out folder, or rerun every cell with --fresh"
+        )
+    if fresh:
+        return "rerun"
+    if (path / "summary.json").exists():
+        return "done"
+    if cell.kind == "rl" and latest_checkpoint(path) is not None:
+        return "resume"
+    return "rerun"
+
+
+def plan_statuses(cfg: CompareConfig, cells: list[Cell], fresh: bool) -> list[str]:
+    """`cell_status` of each cell; a seed's RL runs are rerun when its SFT start is
+    (re)trained, and "blocked" (left for later) while another process trains it."""
+    status = [cell_status(cfg, c, fresh) for c in cells]
+    start = {c.seed: s for c, s in zip(cells, status) if c.kind == "sft"}
+    for i, c in enumerate(cells):
+        if c.kind != "rl" or status[i] == "busy" or c.seed not in start:
+            continue
+        if start[c.seed] == "busy":
+            status[i] = "blocked"
+        elif start[c.seed] in ("new", "rerun") and status[i] != "new":
+            status[i] = "rerun"
+    return status
+
+
+def run_cell(kind: str, overrides: list[str]) -> dict:
+    """Run one cell in this process: `arborl sft` or `arborl train` with `overrides`."""
+    from arborl.train.config import load_train_config
+
+    cfg = load_train_config(overrides)
+    if kind == "sft":
+        from arborl.train.sft import sft_job
+
+        return sft_job(cfg)
+    from arborl.train.rl import RLTrainer
+
+    return RLTrainer(cfg).fit()
+
+
+def run_grid(
+    cfg: CompareConfig,
+    fresh: bool = False,
+    collect_only: bool = False,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run (or with `collect_only`, only read) the grid `cfg`, as the module docstring
+    says, then write and return its comparison (`collect`)."""
+    from arborl.train.config import load_train_config
+
+    cells = plan_grid(cfg)
+    for c in cells:  # every run's config is checked before any work
+        load_train_config(cell_overrides(cfg, c))
+    out = Path(cfg.out)
+    if collect_only:
+        statuses = []
+        for c in cells:
+            try:
+                statuses.append(cell_status(cfg, c))
+            except GridConflict as e:
+                echo(f"skipped: {e}")
+                statuses.append("conflict")
+    else:
+        from arborl.train.rl import TrainingAborted
+
+        statuses = plan_statuses(cfg, cells, fresh)
+        out.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg, out / "grid.yaml")
+        for i, c in enumerate(cells):
+            if statuses[i] in ("done", "busy", "blocked"):
+                echo(f"[{c.name}] {statuses[i]}" + LEFT.get(statuses[i], ""))
+                continue
+            overrides = cell_overrides(cfg, c)
+            path = out / c.name
+            if statuses[i] == "rerun":
+                shutil.rmtree(path)
+            if statuses[i] == "resume":
+                overrides.append("trainer.resume=auto")
+            path.mkdir(parents=True, exist_ok=True)
+            (path / CELL_FILE).write_text(json.dumps(c.marker(cfg.start)))
+            command = "sft" if c.kind == "sft" else "train"
+            echo(f"[{c.name}] {statuses[i]}: arborl {command} {shlex.join(overrides)}")
+            t0 = time.perf_counter()
+            try:
+                run_cell(c.kind, overrides)
+            except TrainingAborted as e:  # a diverged run is a result: shown, not fatal
+                statuses[i] = "aborted"
+                echo(f"[{c.name}] aborted: {e}")
+                continue
+            echo(f"[{c.name}] finished in {time.perf_counter() - t0:.0f} s")
+    return collect(cfg, cells, statuses)
+
+
+def collect(cfg: CompareConfig, cells: list[Cell], statuses: list[str]) -> dict[str, Any]:
+    """Compare the grid's RL runs that exist (`arborl.report.compare`), write
+    `comparison.json`, `comparison.txt` and `report.html` into the grid folder, and
+    return the comparison with the grid, each cell's status and each SFT start."""
+    from arborl.report import load_run, write_report
+    from arborl.report.compare import compare_runs, format_comparison
+
+    out = Path(cfg.out)
+    have = [(c, s) for c, s in zip(cells, statuses) if (out / c.name / CELL_FILE).exists()]
+    runs = [load_run(out / c.name) for c, s in have if c.kind == "rl" and s != "conflict"]
+    pairs = [(a, b) for a, b in cfg.pairs] or None
+    result = compare_runs(runs, pairs, cfg.level)
+    starts = []
+    for c, _ in have:
+        summary = out / c.name / "summary.json"
+        if c.kind == "sft" and summary.exists():
+            after = json.loads(summary.read_text())["after"]
+            starts.append(
+                {
+                    "seed": c.seed,
+                    "run": c.name,
+                    **{k: after[k] for k in ("success", "success_lo", "success_hi", "episodes")},
+                }
+            )
+    result = {
+        "grid": to_dict(cfg),
+        "cells": [
+            {"run": c.name, "arm": c.arm, "seed": c.seed, "status": s}
+            for c, s in zip(cells, statuses)
+        ],
+        "starts": starts,
+        **result,
+    }
+    text = format_comparison(result)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "comparison.txt").write_text(text + "\n")
+    if runs:
+        write_report([r.path for r in runs], out / "report.html", baselines=False)
+    result["text"] = text
+    return result
