@@ -53,6 +53,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how generated tool calls are read (a name of arborl.generation.tools."
         "TOOL_PARSERS; default hermes: <tool_call>{json}</tool_call> blocks)",
     )
+    p.add_argument(
+        "--record",
+        default=None,
+        metavar="DIR",
+        help="run as the recording gateway: every call is recorded token-exactly to "
+        "DIR/<session>.jsonl, its session named by the URL (/s/<id>/v1), the "
+        "X-Arborl-Session header, metadata.session_id or user (docs/agents.md)",
+    )
+    p.add_argument(
+        "--session-timeout-s",
+        type=float,
+        default=600.0,
+        help="with --record: a session closes this long after it opened (default 600)",
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
@@ -85,7 +99,19 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_batch_size=args.max_batch_size,
     )
-    app = create_app(backend, tokenizer, args.model_name or args.checkpoint, api_key=key,
+    name = args.model_name or args.checkpoint
+    if args.record:
+        from arborl.generation.gateway import Gateway, GatewayLimits
+
+        limits = GatewayLimits(session_timeout_s=args.session_timeout_s)
+        gateway = Gateway(backend, tokenizer, name, api_key=key, limits=limits,
+                          auto_sessions=True, record_dir=args.record, open_access=not key,
+                          tool_parser=args.tool_parser, max_request_s=args.max_request_s,
+                          max_tokens_limit=args.max_tokens, max_rows=args.max_rows)  # fmt: skip
+        print(f"recording every call to {args.record}/<session>.jsonl", file=sys.stderr)
+        uvicorn.run(gateway.app, host=args.host, port=args.port, log_level="info")
+        return 0
+    app = create_app(backend, tokenizer, name, api_key=key,
                      max_tokens_limit=args.max_tokens, max_rows=args.max_rows,
                      max_request_s=args.max_request_s, tool_parser=args.tool_parser)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

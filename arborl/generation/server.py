@@ -121,9 +121,9 @@ class CallRecorder(Protocol):
         sampling parameters to use and a ticket for `end`. Runs before the model is taken."""
         ...
 
-    def end(self, ticket: Any, call: dict[str, Any]) -> str:
-        """Record a finished call (`call`: kind, request, prompt_ids, choices, sampling);
-        returns the session id it went to."""
+    def end(self, ticket: Any, call: dict[str, Any] | None) -> str:
+        """Record a finished call (`call`: kind, request, prompt_ids, choices, sampling; None:
+        the call failed, record nothing); returns the session id it went to."""
         ...
 
 
@@ -276,8 +276,12 @@ def create_app(
         try:
             with queue.hold():
                 return backend.generate(repeated, params), params, ticket
-        except ValueError as e:
-            raise APIError(400, str(e)) from e
+        except BaseException as e:
+            if recorder is not None:
+                recorder.end(ticket, None)  # a failed call is not recorded
+            if isinstance(e, ValueError):
+                raise APIError(400, str(e)) from e
+            raise
 
     def record(ticket, kind: str, request: dict, prompts, outs, params, extra) -> str | None:
         if recorder is None:
