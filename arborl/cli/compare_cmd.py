@@ -86,8 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", nargs="+", type=int, help="seeds of every arm (default 0 1 2)")
     p.add_argument(
         "--start", default=None,
-        help="'sft' (default: one `arborl sft` run per seed) or a policy folder / model "
-        "name every run starts RL from",
+        help="'sft' (default: one `arborl sft` run per seed), 'own' (each run trains its "
+        "own SFT start) or a policy folder / model name every run starts RL from",
     )  # fmt: skip
     p.add_argument(
         "--sft", nargs="+", metavar="OVERRIDE", help="overrides of the SFT start runs only"

@@ -1,5 +1,6 @@
 """`arborl report RUN_DIR [RUN_DIR ...]`: the self-contained `report.html` of a run, or of
-several runs overlaid with a table of their config differences.
+several runs overlaid with a table of their config differences and the comparison of
+`arborl compare` (arms x seeds: gains, paired differences; also printed).
 
     arborl report runs/demo                       # -> runs/demo/report.html
     arborl report runs/a runs/b --out compare.html
@@ -33,6 +34,11 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if len(args.run_dirs) > 1:  # the table `arborl compare` prints, also in the page
+        from arborl.report import load_run
+        from arborl.report.compare import compare_runs, format_comparison
+
+        print(format_comparison(compare_runs([load_run(d) for d in args.run_dirs])) + "\n")
     print(f"report: {out}")
     return 0
 
@@ -43,7 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a self-contained report.html of one run, or compare several runs",
         description="Curves (held-out success with 95% intervals and random/oracle lines, "
         "training success, rewards, diagnostics, throughput), readable episodes, search "
-        "trees and the config of one run dir or several (overlaid, with a config diff).",
+        "trees and the config of one run dir or several (overlaid, with a config diff and, "
+        "printed too, the comparison of `arborl compare`: each arm's gain over its start "
+        "and the paired differences between arms, over seeds).",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a runs/<name> folder")
     p.add_argument(

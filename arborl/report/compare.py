@@ -125,9 +125,16 @@ def eval_identity(config: dict) -> str:
     return json.dumps({k: v for k, v in flat.items() if _under(k, EVAL_KEYS)}, sort_keys=True)
 
 
-def _success(d: dict | None) -> dict | None:
+def evaluation(run: RunData, prefix: str, step: int | None = None) -> dict | None:
+    """success, its interval and episodes of the run's evaluation logged under `prefix`
+    ("eval/" at `step` 0: before RL; "eval/final_": after), as metrics.jsonl holds it
+    (a summary.json says the same, but a run still going has none)."""
+    recs = [r for r in run.metrics if f"{prefix}success" in r]
+    recs = [r for r in recs if step is None or r.get("step") == step]
+    if not recs:
+        return None
     keys = ("success", "success_lo", "success_hi", "episodes")
-    return {k: d[k] for k in keys if k in d} if d else None
+    return {k: recs[-1][f"{prefix}{k}"] for k in keys if f"{prefix}{k}" in recs[-1]}
 
 
 def train_windows(success: list[float]) -> dict[str, float]:
@@ -143,17 +150,12 @@ def train_windows(success: list[float]) -> dict[str, float]:
 def run_row(run: RunData, arm: str, seed: int) -> dict[str, Any]:
     """One run's line of the comparison: success before and after RL, its paired gain over
     tasks, budget used, diagnostics, its training curve and evaluations. A run still
-    going (no summary.json) has `after` None and its curve so far."""
+    going has `after` None and its curve so far."""
     s = run.summary or {}
     evals = [
         {"step": p[0], "success": p[1], "success_lo": p[2], "success_hi": p[3]}
         for p in eval_points(run)
     ]
-    before = _success(s.get("before")) or (
-        {**evals[0]} if evals and evals[0]["step"] == 0 else None
-    )
-    if before:
-        before.pop("step", None)
     steps, success = series(run, "train/success")
     task_gain = s.get("gain") or {}
     diag = {}
@@ -169,8 +171,8 @@ def run_row(run: RunData, arm: str, seed: int) -> dict[str, Any]:
         "finished": run.summary is not None,
         "start": start_of(run.config),
         "eval": eval_identity(run.config),
-        "before": before,
-        "after": _success(s.get("after")),
+        "before": evaluation(run, "eval/", step=0),
+        "after": evaluation(run, "eval/final_"),
         "gain": task_gain.get("gain"),
         "gain_lo": task_gain.get("gain_lo"),
         "gain_hi": task_gain.get("gain_hi"),

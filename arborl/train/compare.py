@@ -5,7 +5,9 @@ generating); a seed sets `trainer.seed`, `model.seed` and `sft.seed` of every ru
 seed, every arm starts RL from the same policy (one `arborl sft` run of that seed,
 `sft-s<seed>/`, or one given policy for all seeds) and every run is evaluated on the same
 held-out tasks with the same sampling seed (`eval.seed`), so gains and differences are
-paired. Overrides that would break the pairing are refused before any work. The numbers
+paired. (start=own lets each run train its own SFT warm start, for arms that change SFT:
+arms with the same SFT settings still share a start, the others are paired only with
+their own start.) Overrides that would break the pairing are refused before any work. The numbers
 (gains with t intervals over seeds, paired differences, curves) are
 `arborl.report.compare`'s; this module owns the grid.
 
@@ -38,9 +40,10 @@ from arborl.report.compare import CELL_FILE, EVAL_KEYS, SEED_KEYS
 
 GRID_KEYS = (*SEED_KEYS, "trainer.name", "trainer.output_dir", "trainer.resume", "sft.enabled")
 """Settings the grid sets in every run itself (no arm, `base` or `sft` may)."""
-ARM_KEYS_REFUSED = (*EVAL_KEYS, "model.name_or_path", "sft")
-"""Settings an arm may not change: the held-out tasks and their sampling, the start and
-the SFT that makes it are what all arms of a seed share."""
+ARM_KEYS_REFUSED = (*EVAL_KEYS, "model.name_or_path")
+"""Settings an arm may not change: the held-out tasks and their sampling, and the model
+the start is made from, are what all arms of a seed share (and `sft.*` too, unless each run
+trains its own start: start=own)."""
 LEFT = {
     "busy": ": another process trains it",
     "blocked": ": its SFT start is still being trained by another process",
@@ -65,12 +68,13 @@ class CompareConfig:
     eval.num_episodes=200]`."""
     start: str = "sft"
     """What RL starts from: "sft" trains one `arborl sft` run per seed (`base` + `sft`,
-    in `sft-s<seed>/`) that every arm of that seed starts from; anything else is a policy
-    folder (an SFT checkpoint such as `runs/warm/checkpoints/sft/policy`) or a model name
-    that every run starts from."""
+    in `sft-s<seed>/`) that every arm of that seed starts from; "own" lets every run
+    train its own SFT warm start inside `arborl train` (arms may then change `sft.*`);
+    anything else is a policy folder (an SFT checkpoint such as
+    `runs/warm/checkpoints/sft/policy`) or a model name that every run starts from."""
     sft: list[str] = field(default_factory=list)
-    """Overrides of the SFT start runs only (start=sft), e.g. `[sft.steps=200,
-    sft.num_demos=100]`."""
+    """Overrides of the SFT starts only, e.g. `[sft.steps=200, sft.num_demos=100]` (with
+    start=own, of every run)."""
     out: str = "runs/compare"
     """The grid's folder: a run folder per cell (`<arm>-s<seed>/`, `sft-s<seed>/`),
     `grid.yaml`, `comparison.json`, `comparison.txt` and `report.html`."""
@@ -91,12 +95,19 @@ class CompareConfig:
                     f"{prefix}.arms: {name!r} cannot name a run folder; use letters, digits and "
                     "_.+=- (not 'sft', the start runs' name)"
                 )
-            check_keys(overrides, f"{prefix}.arms.{name}", GRID_KEYS + ARM_KEYS_REFUSED)
+            refused = (*GRID_KEYS, *ARM_KEYS_REFUSED, *(() if self.start == "own" else ("sft",)))
+            check_keys(overrides, f"{prefix}.arms.{name}", refused)
             if any(o.split("=", 1)[0].strip() == "env" for o in overrides):
                 raise ConfigError(f"{prefix}.arms.{name} selects an env: put env=NAME in base")
-        refused = GRID_KEYS if self.start == "sft" else (*GRID_KEYS, "model.name_or_path")
+        own_model = self.start in ("sft", "own")  # else the start is the model
+        refused = GRID_KEYS if own_model else (*GRID_KEYS, "model.name_or_path")
         check_keys(self.base, f"{prefix}.base", refused)
         check_keys(self.sft, f"{prefix}.sft", GRID_KEYS)
+        if self.sft and not own_model:
+            raise ConfigError(
+                f"{prefix}.sft={self.sft} but start={self.start!r} trains no SFT: drop them, "
+                "or use start=sft (one SFT run per seed) or start=own"
+            )
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise ConfigError(f"{prefix}.seeds={self.seeds}: give distinct seeds >= 0")
         for pair in self.pairs:
@@ -113,6 +124,8 @@ def check_keys(overrides: list[str], path: str, refused: tuple[str, ...]) -> Non
         hit = next((r for r in refused if key == r or key.startswith(r + ".")), None)
         if hit:
             why = "the grid sets it" if hit in GRID_KEYS else "every arm of a seed shares it"
+            if hit == "sft":
+                why += ": put it in the grid's sft list, or give each run its own: start=own"
             raise ConfigError(f"{path}[{i}]={item!r}: {hit} is not set here ({why})")
 
 
@@ -146,7 +159,8 @@ def plan_grid(cfg: CompareConfig) -> list[Cell]:
     for seed in cfg.seeds:
         if cfg.start == "sft":
             cells.append(Cell("sft", "sft", seed, [*cfg.base, *cfg.sft]))
-        cells += [Cell("rl", arm, seed, [*cfg.base, *o]) for arm, o in cfg.arms.items()]
+        shared = [*cfg.base, *cfg.sft] if cfg.start == "own" else cfg.base
+        cells += [Cell("rl", arm, seed, [*shared, *o]) for arm, o in cfg.arms.items()]
     return cells
 
 
@@ -155,7 +169,7 @@ def cell_overrides(cfg: CompareConfig, cell: Cell) -> list[str]:
     out = Path(cfg.out)
     own = [f"{k}={cell.seed}" for k in SEED_KEYS]
     own += [f"trainer.output_dir={out}", f"trainer.name={cell.name}"]
-    if cell.kind == "rl":
+    if cell.kind == "rl" and cfg.start != "own":
         start = cfg.start
         if start == "sft":
             start = str(out / f"sft-s{cell.seed}" / "checkpoints" / "sft" / "policy")

@@ -1,0 +1,145 @@
+"""`arborl compare` (arborl.train.compare): a grid pairs its arms on one start per seed and
+the same held-out tasks and sampling seed, and a second call runs only what is missing.
+
+Toy size (tiny-0.1m, 1-2 RL steps, 4 held-out episodes): every run takes about a second.
+"""
+
+import json
+
+import pytest
+
+import arborl.train.compare as grid_mod
+from arborl.cli.main import main
+from arborl.config import ConfigError, from_dict
+from arborl.train.compare import CompareConfig, GridConflict, cell_status, plan_grid, run_grid
+
+TOY = [
+    "model.name_or_path=tiny-0.1m", "rollout.num_tasks=2", "rollout.group_size=2",
+    "rollout.max_turns=3", "eval.num_episodes=4", "eval.every=1", "eval.every_episodes=2",
+    "trainer.total_steps=2", "trainer.progress=false", "trainer.plots=false",
+    "trainer.report=false", "trainer.loggers=[]", "trainer.save_trajectories=0",
+]  # fmt: skip
+
+
+BARE = [o for o in TOY if not o.startswith("model.")]
+"""TOY for a grid whose start is the model itself (start=tiny-0.1m)."""
+
+
+def _episodes(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_arms_of_a_seed_share_the_start_the_tasks_and_the_sampling(tmp_path, capsys):
+    out = tmp_path / "grid"
+    fast = [*TOY, "trainer.total_steps=1", "eval.every=0"]
+    argv = ["compare", *fast, "--sft", "sft.steps=2", "sft.num_demos=2",
+            "--algos", "grpo", "gigpo", "--seeds", "0", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "gain over the start" in printed and "| gigpo - grpo |" in printed
+    doc = json.loads((out / "comparison.json").read_text())
+    assert [c["run"] for c in doc["cells"]] == [
+        "sft-s0", "grpo-s0", "gigpo-s0", "sft-s1", "grpo-s1", "gigpo-s1"
+    ]  # fmt: skip
+    assert (out / "comparison.txt").read_text().strip() in printed
+    assert (out / "report.html").exists() and (out / "grid.yaml").exists()
+    first_eval = {}
+    for r in doc["runs"]:
+        cfg = (out / r["run"] / "config.yaml").read_text()
+        start = out / f"sft-s{r['seed']}" / "checkpoints" / "sft" / "policy"
+        assert f"name_or_path: {start}" in cfg and f"  seed: {r['seed']}" in cfg
+        first_eval[r["run"]] = _episodes(out / r["run"] / "eval_episodes" / "step-00000.jsonl")
+        # the start's own held-out evaluation is the run's "before": same policy, same tasks
+        assert r["before"]["success"] == next(s for s in doc["starts"] if s["seed"] == r["seed"])["success"]  # fmt: skip
+    tasks = {run: [e["task_id"] for e in eps] for run, eps in first_eval.items()}
+    assert len({tuple(t) for t in tasks.values()}) == 1 and len(tasks["grpo-s0"]) == 4
+    # same start and sampling seed: the arms of a seed played the same episodes before RL
+    for seed in (0, 1):
+        a, b = first_eval[f"grpo-s{seed}"], first_eval[f"gigpo-s{seed}"]
+        assert [[s["action"] for s in e["steps"]] for e in a] == [
+            [s["action"] for s in e["steps"]] for e in b
+        ]
+    (pair,) = doc["paired"]
+    assert (pair["a"], pair["b"], pair["seeds"], pair["left_out"]) == ("gigpo", "grpo", [0, 1], [])
+    assert [a["seeds"] for a in doc["arms"]] == [[0, 1], [0, 1]]
+
+
+def test_a_second_call_runs_only_what_is_missing_and_resumes_half_runs(tmp_path, monkeypatch):
+    calls = []
+    real = grid_mod.run_cell
+
+    def spy(kind, overrides):
+        calls.append(next(o.split("=", 1)[1] for o in overrides if o.startswith("trainer.name=")))
+        calls[-1] += " resume" if "trainer.resume=auto" in overrides else ""
+        return real(kind, overrides)
+
+    monkeypatch.setattr(grid_mod, "run_cell", spy)
+    base = {"base": BARE, "start": "tiny-0.1m", "seeds": [0], "out": str(tmp_path / "g")}
+    one = from_dict(CompareConfig, {**base, "arms": {"grpo": ["algo=grpo"]}})
+    run_grid(one, echo=lambda _: None)
+    assert calls == ["grpo-s0"]
+    summary = tmp_path / "g" / "grpo-s0" / "summary.json"
+    finished = summary.read_text()
+    # the grid grows an arm: the finished run is collected, only the missing one runs
+    two = from_dict(CompareConfig, {**base, "arms": {"grpo": ["algo=grpo"], "raft": ["algo=raft"]}})
+    result = run_grid(two, echo=lambda _: None)
+    assert calls == ["grpo-s0", "raft-s0"] and summary.read_text() == finished
+    assert [c["status"] for c in result["cells"]] == ["done", "new"]
+    assert [a["arm"] for a in result["arms"]] == ["grpo", "raft"]
+    # a run that stopped after its last checkpoint resumes from it (its before-RL
+    # evaluation comes back with the checkpoint, so its gain stays paired)
+    (tmp_path / "g" / "raft-s0" / "summary.json").unlink()
+    result = run_grid(two, echo=lambda _: None)
+    assert calls[2:] == ["raft-s0 resume"]
+    assert [c["status"] for c in result["cells"]] == ["done", "resume"]
+    raft = next(r for r in result["runs"] if r["arm"] == "raft")
+    assert raft["finished"] and raft["gain"] is not None and raft["before"] is not None
+    # collecting runs nothing
+    run_grid(two, collect_only=True, echo=lambda _: None)
+    assert len(calls) == 3
+    # an arm redefined under the same name is not silently mixed with the old runs
+    changed = from_dict(CompareConfig, {**base, "arms": {"grpo": ["algo=grpo", "algo.lr=1e-4"]}})
+    with pytest.raises(GridConflict, match="--fresh"):
+        cell_status(changed, plan_grid(changed)[0])
+    assert cell_status(changed, plan_grid(changed)[0], fresh=True) == "rerun"
+
+
+def test_a_folder_another_trainer_holds_is_left_alone(tmp_path):
+    from arborl.train.runlog import RunDir
+
+    cfg = from_dict(CompareConfig, {"base": BARE, "start": "tiny-0.1m", "seeds": [0],
+                                    "arms": {"grpo": []}, "out": str(tmp_path)})  # fmt: skip
+    held = RunDir(tmp_path / "grpo-s0")
+    try:
+        assert cell_status(cfg, plan_grid(cfg)[0]) == "busy"
+    finally:
+        held.close()
+    assert cell_status(cfg, plan_grid(cfg)[0], fresh=True) == "rerun"
+
+
+@pytest.mark.parametrize(
+    "grid, match",
+    [
+        ({"arms": {"a": ["eval.seed=3"]}}, r"compare.arms.a\[0\]='eval.seed=3'"),
+        ({"arms": {"a": ["env.kwargs.size=5"]}}, "every arm of a seed shares it"),
+        ({"arms": {"a": ["sft.steps=5"]}}, "start=own"),
+        ({"arms": {"a": ["sft.steps=5"]}, "start": "own"}, None),
+        ({"arms": {"a": []}, "base": ["trainer.seed=1"]}, "the grid sets it"),
+        ({"arms": {"a": []}, "start": "runs/x/policy", "sft": ["sft.steps=1"]}, "trains no SFT"),
+        ({"arms": {"a": []}, "pairs": [["a", "b"]]}, "not two of the arms"),
+        ({"arms": {"sft": []}}, "cannot name a run folder"),
+        ({"arms": {}}, "arms is empty"),
+    ],
+)
+def test_settings_that_would_break_the_pairing_fail_before_any_work(grid, match):
+    if match is None:
+        from_dict(CompareConfig, grid, prefix="compare.")
+    else:
+        with pytest.raises(ConfigError, match=match):
+            from_dict(CompareConfig, grid, prefix="compare.")
+
+
+def test_every_compare_field_has_a_docstring():
+    from arborl.config import iter_fields
+
+    assert [p for p, _f, _tp, doc in iter_fields(CompareConfig) if not doc.strip()] == []
