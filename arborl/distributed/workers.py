@@ -175,7 +175,7 @@ class RolloutRole:
         model.eval()
         self.backend = HFBackend(model, self.tokenizer, device=str(device), max_batch_size=128)
         self.version = -1
-        self._pools: dict[int, object] = {}
+        self.pools = build.build_pool_set(cfg)  # this worker's envs, until `close_pools`
 
     @register("one_to_all", "all")
     def pid(self) -> int:
@@ -206,17 +206,16 @@ class RolloutRole:
 
     def _pool(self, num_envs: int):
         """This worker's env pool, in `env.pool_mode` (as the local trainer builds it)."""
-        if num_envs not in self._pools:
-            self._pools[num_envs] = build.build_train_pool(self.cfg, num_envs)
-        return self._pools[num_envs]
+        return build.build_train_pool(self.cfg, num_envs, pools=self.pools)
 
     @register("one_to_all", "all")
     def close_pools(self) -> int:
-        """Close the env pools (their worker processes or actors); returns how many."""
-        pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            pool.close()
-        return len(pools)
+        """Close the env pools and their worker processes or actors; returns how many
+        pools there were (later calls build new ones)."""
+        num_pools = len(self.pools.pools)
+        self.pools.close()
+        self.pools = build.build_pool_set(self.cfg)
+        return num_pools
 
     @register("per_worker", "all")
     def rollout(self, share: dict | None, expected_version: int) -> dict | None:
@@ -249,7 +248,7 @@ class RolloutRole:
         self._check_version(expected_version)
         with build.compute_dtype(self.cfg, self.backend.model):
             return evaluate_share(
-                self.backend, self.tokenizer, self.cfg, share["seeds"], share["seed"]
+                self.backend, self.tokenizer, self.cfg, share["seeds"], share["seed"], self.pools
             )
 
 

@@ -26,6 +26,7 @@ from arborl.agent import AgentConfig
 from arborl.data.batch import Batch
 from arborl.data.trajectory import Trajectory
 from arborl.envs import Pool, make_pool
+from arborl.envs.poolset import PoolSet
 from arborl.generation.base import GenerationBackend
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig, with_turn_limit
@@ -56,16 +57,19 @@ def draw_seeds(num_tasks: int, seed: int | None) -> list[int]:
 
 
 def _resolve_pool(
-    pool_or_env_id: Pool | str,
+    pool_or_env_id: Pool | PoolSet | str,
     num_envs: int,
     split: str,
     env_kwargs: dict[str, Any],
     pool_mode: str = "inproc",
     pool_options: dict[str, Any] | None = None,
 ) -> tuple[Pool, str]:
-    """A pool given, or one built for an env id in `pool_mode` (`arborl.envs.make_pool`;
-    "auto": the env package's preferred mode), so evaluation and the CLI isolate envs
-    exactly as training does."""
+    """A pool given; one of a run's `PoolSet` (its mode, options and workers; kept open
+    for the run's next calls); or one built for an env id in `pool_mode`
+    (`arborl.envs.make_pool`; "auto": the env package's preferred mode), so evaluation and
+    the CLI isolate envs exactly as training does."""
+    if isinstance(pool_or_env_id, PoolSet):
+        return pool_or_env_id.get(num_envs, split, **env_kwargs), pool_or_env_id.env_id
     if isinstance(pool_or_env_id, str):
         mode = None if pool_mode == "auto" else pool_mode
         opts = {**(pool_options or {}), **env_kwargs}
@@ -172,7 +176,7 @@ def _run_turns(policy: Policy, pool: Pool, seeds, cfg: RolloutConfig, options, p
 
 def run_episodes_with_policy(
     policy: Policy,
-    pool_or_env_id: Pool | str,
+    pool_or_env_id: Pool | PoolSet | str,
     seeds: Sequence[int] | None,
     cfg: RolloutConfig,
     split: str = "train",
@@ -185,8 +189,9 @@ def run_episodes_with_policy(
     """Run `len(seeds) x cfg.group_size` episodes with any `Policy` (LM, random, oracle).
 
     `seeds` (one per task; None draws `cfg.num_tasks` from `cfg.seed`) and a pool of the
-    right size or an env id (a pool is then built with `split` and `env_kwargs`, in
-    `pool_mode` with `pool_options` such as `timeout_s` and `max_env_errors`).
+    right size, a run's `PoolSet` (its pool of that size, `split` and `env_kwargs`, left
+    open) or an env id (a pool is then built with `split` and `env_kwargs`, in
+    `pool_mode` with `pool_options` such as `timeout_s` and `max_env_errors`, and closed).
     `progress(n)` is called with the number of episodes that finished in each turn.
     Returns trajectories and stats; `batch` is None (see `run_rollout` for tokens).
     """
@@ -215,7 +220,7 @@ def run_episodes_with_policy(
 
 def collect_episodes(
     policy: Policy,
-    env_id: str,
+    env_id: str | PoolSet,
     num_episodes: int,
     cfg: RolloutConfig,
     split: str = "train",
@@ -230,7 +235,8 @@ def collect_episodes(
     """`num_episodes` episodes (`cfg.group_size` per task) in chunks of about
     `chunk_episodes`, so memory stays flat however many are asked for. Task seeds are drawn
     once from `seed`; the same `seed` gives the same tasks to every policy (paired evals).
-    Envs run in `pool_mode` (see `run_episodes_with_policy`); `on_chunk(trajectories)` is
+    Envs run in `pool_mode`, or in the pools of a `PoolSet` passed as `env_id` (see
+    `run_episodes_with_policy`); `on_chunk(trajectories)` is
     called as each chunk finishes (e.g. to write them out incrementally).
     Returns trajectories, episodes and stats over all chunks (`batch` is None)."""
     g = cfg.group_size

@@ -7,8 +7,8 @@ identical weights, optimizers and schedules:
 
   policy (+LoRA)  `build_policy`     critic       `build_critic` (None without one)
   reference       `build_reference`  optimizers   `build_optimizer`, `build_critic_optimizer`
-  KL control      `build_kl_controller`          env pool     `build_train_pool`
-  LR schedule     `scheduler_step`
+  KL control      `build_kl_controller`          env pools    `build_pool_set`,
+  LR schedule     `scheduler_step`                              `build_train_pool`
 
 The agent settings saved with a policy are `arborl.agent.settings` (one writer, one reader).
 """
@@ -26,6 +26,7 @@ import torch
 
 from arborl import algos
 from arborl.envs import make_pool
+from arborl.envs.poolset import PoolSet
 from arborl.models import ValueModel, apply_lora, autocast_ctx, load_policy
 from arborl.rollout.config import with_turn_limit
 from arborl.train.advantages import get_algorithm
@@ -128,11 +129,24 @@ def pool_options(cfg: TrainConfig) -> dict[str, Any]:
     return opts
 
 
-def build_train_pool(cfg: TrainConfig, num_envs: int | None = None):
-    """The training env pool in `env.pool_mode` (default: one env per episode of a step)."""
-    n = num_envs if num_envs is not None else cfg.rollout.num_tasks * cfg.rollout.group_size
+def build_pool_set(cfg: TrainConfig) -> PoolSet:
+    """The run's env pools (`arborl.envs.poolset.PoolSet`: built on first use, kept for
+    the run, closed by the engine at its end): `env.id` in `env.pool_mode` with
+    `pool_options`, over `env.num_workers` worker processes shared by the training,
+    demo and evaluation pools."""
     mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
-    opts = {**pool_options(cfg), **with_turn_limit(cfg.env.kwargs, cfg.rollout.max_turns)}
+    return PoolSet(cfg.env.id, mode, cfg.env.num_workers, **pool_options(cfg))
+
+
+def build_train_pool(cfg: TrainConfig, num_envs: int | None = None, pools: PoolSet | None = None):
+    """The training env pool in `env.pool_mode` (default: one env per episode of a step):
+    the one of the run's `pools` (kept open), or, without, a pool of its own."""
+    n = num_envs if num_envs is not None else cfg.rollout.num_tasks * cfg.rollout.group_size
+    env_kwargs = with_turn_limit(cfg.env.kwargs, cfg.rollout.max_turns)
+    if pools is not None:
+        return pools.get(n, cfg.env.train_split, **env_kwargs)
+    mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
+    opts = {**pool_options(cfg), **env_kwargs}
     return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **opts)
 
 

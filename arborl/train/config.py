@@ -80,6 +80,12 @@ class EnvConfig:
     --protocol openenv`, or any openenv-core server), optional for pool_mode=http
     (`arborl env serve ID`); their bearer token is the ARBORL_TOKEN environment variable.
     Empty: none (the other modes start their envs themselves)."""
+    num_workers: int = field(default=0, metadata={"min": 0})
+    """Worker processes the run's envs are spread over (pool_mode subprocess; actors per
+    pool with ray), each holding several envs: started once per run, all at once, and
+    shared by the training, demo and evaluation envs, then stopped at the end of the run
+    (or on its error). A crashed or hung worker ends the episodes of its own envs only.
+    0: one per CPU core this process may use."""
     timeout_s: float = field(default=30.0, metadata={"min": 0.001})
     """Seconds one call to an out-of-process env (reset, step) may take before it counts
     as an env error (pool modes subprocess, ray, http; in-process calls cannot time out)."""

@@ -191,7 +191,8 @@ def check_no_engine_options(cfg: TrainConfig) -> None:
 @ENGINES.register("local")
 class LocalEngine:
     """Everything in this process: policy + LoRA, HF generation backend, critic,
-    reference, optimizers, and the training env pool in `env.pool_mode`."""
+    reference, optimizers, and the run's env pools in `env.pool_mode` (`pools`: training,
+    demo and evaluation envs over one set of worker processes, closed by `close`)."""
 
     name = "local"
 
@@ -208,13 +209,18 @@ class LocalEngine:
         self.critic_opt = build.build_critic_optimizer(cfg, self.critic)
         self.ref = build.build_reference(cfg, self.model)  # re-synced after a warm start
         self.opt, self.sched = build.build_optimizer(cfg, self.model)
-        self.pool = build.build_train_pool(cfg)
+        self.pools = build.build_pool_set(cfg)  # the run's envs and workers, until `close`
+        try:
+            self.pool = build.build_train_pool(cfg, pools=self.pools)
+        except BaseException:
+            self.pools.close()
+            raise
 
     def prepare(self, warm_start: bool) -> dict[str, float] | None:
         if not warm_start:
             return None
         with build.compute_dtype(self.cfg, self.model):
-            stats = sft.warm_start(self.model, self.tokenizer, self.cfg)
+            stats = sft.warm_start(self.model, self.tokenizer, self.cfg, pools=self.pools)
         if self.ref is not None:  # KL is measured against the policy RL starts from
             self.ref.load_state_dict(self.model.state_dict())
         return stats
@@ -262,7 +268,9 @@ class LocalEngine:
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         backend = self.generation_backend()
         with build.compute_dtype(self.cfg, self.model):
-            return evaluate_policy(backend, self.tokenizer, self.cfg, num_episodes)
+            return evaluate_policy(
+                backend, self.tokenizer, self.cfg, num_episodes, pools=self.pools
+            )
 
     def generation_backend(self):
         """The generation backend rollouts and evaluations sample with, ready for a new
@@ -336,7 +344,7 @@ class LocalEngine:
             )
 
     def close(self) -> None:
-        self.pool.close()
+        self.pools.close()  # every pool of the run, then its worker processes
 
 
 ENGINES.register("ray", "arborl.distributed.engine:RayEngine")  # imported only when asked

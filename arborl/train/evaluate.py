@@ -12,15 +12,17 @@ the run's own config, so no caller can drop a setting; and they handle its resul
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import replace
 from pathlib import Path
 
 from arborl.data import write_trajectories
+from arborl.envs.poolset import PoolSet
 from arborl.rollout import draw_seeds, run_episodes_with_policy
 from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import make_lm_policy
-from arborl.train.build import pool_options
+from arborl.train.build import build_pool_set
 from arborl.train.config import TrainConfig
 from arborl.train.rollout_modes import ROLLOUT_MODES
 
@@ -28,11 +30,14 @@ STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
 
 
 def evaluate_share(
-    backend, tokenizer, cfg: TrainConfig, seeds: list[int], sample_seed: int
-) -> dict:
+    backend, tokenizer, cfg: TrainConfig, seeds: list[int], sample_seed: int,
+    pools: PoolSet | None = None,
+) -> dict:  # fmt: skip
     """One episode of each task in `seeds`, sampled at `eval.temperature` from
     `sample_seed`, in the run's `env.eval_split` and `env.pool_mode` (so a packaged env is
-    evaluated where it is trained), `eval.chunk_episodes` at a time. Returns `episodes`,
+    evaluated where it is trained), `eval.chunk_episodes` at a time, on the run's `pools`
+    (its worker processes, kept for the next evaluation; without, pools built for this
+    call and closed after it: `build_pool_set`). Returns `episodes`,
     `wins`, `env_errors`, the mean of each of `STAT_KEYS`, `outcomes` (task seed -> 1.0
     won / 0.0 lost, for `paired_gain`) and `sample`: the first `eval.save_episodes`
     trajectories (for the report). One engine worker's share of an evaluation;
@@ -46,16 +51,18 @@ def evaluate_share(
         cfg.rollout, group_size=1, num_tasks=n, temperature=ev.temperature, seed=sample_seed
     )
     policy = make_lm_policy(backend, tokenizer, roll, cfg.agent)
-    options = pool_options(cfg)
     chunk = ev.chunk_episodes or n
     episodes, trajectories = [], []
-    for c in range(0, n, chunk):  # one policy: each chunk continues its sampling streams
-        res = run_episodes_with_policy(
-            policy, env.id, seeds[c : c + chunk], roll, split=env.eval_split,
-            env_kwargs=env.kwargs, pool_mode=env.pool_mode, pool_options=options,
-        )  # fmt: skip
-        episodes += res.episodes
-        trajectories += res.trajectories
+    with contextlib.ExitStack() as own:
+        if pools is None:
+            pools = own.enter_context(build_pool_set(cfg))
+        for c in range(0, n, chunk):  # one policy: each chunk continues its sampling streams
+            part = seeds[c : c + chunk]
+            res = run_episodes_with_policy(
+                policy, pools, part, roll, split=env.eval_split, env_kwargs=env.kwargs
+            )
+            episodes += res.episodes
+            trajectories += res.trajectories
     stats = episode_stats(episodes, 0.0)
     out = {"episodes": float(n), "wins": float(sum(t.won for t in trajectories))}
     out["env_errors"] = float(stats.get("env_errors", 0.0))
@@ -118,10 +125,12 @@ def evaluate_policy(
     cfg: TrainConfig,
     num_episodes: int | None = None,
     seeds: list[int] | None = None,
+    pools: PoolSet | None = None,
 ) -> dict:
     """The held-out evaluation of the run `cfg` (`summarize_eval`'s names): one episode
     of each of `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`,
-    or of the task seeds `seeds` when given; see `evaluate_share` for what it reads."""
+    or of the task seeds `seeds` when given, on the run's `pools` when given; see
+    `evaluate_share` for what it reads."""
     if seeds is None:
         seeds = draw_seeds(num_episodes or cfg.eval.num_episodes, cfg.eval.seed)
     elif num_episodes is not None and num_episodes != len(seeds):
@@ -129,7 +138,7 @@ def evaluate_policy(
             f"evaluate_policy: num_episodes={num_episodes} but {len(seeds)} seeds were "
             "given; pass one or the other"
         )
-    share = evaluate_share(backend, tokenizer, cfg, list(seeds), cfg.eval.seed)
+    share = evaluate_share(backend, tokenizer, cfg, list(seeds), cfg.eval.seed, pools)
     return summarize_eval([share], cfg.eval.save_episodes)
 
 

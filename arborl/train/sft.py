@@ -147,11 +147,12 @@ def run_sft(
     return stats
 
 
-def load_demos(cfg) -> list[Trajectory]:
+def load_demos(cfg, pools=None) -> list[Trajectory]:
     """The SFT demos of a `TrainConfig`: `sft.demos` read from file, or `sft.num_demos`
     oracle episodes of `env.train_split` (tasks drawn from `sft.seed`). The oracle's envs
     run in `env.pool_mode` with the run's pool options, as training and evaluation do: a
-    packaged env imports only in its own venv, so in-process demos would fail on it."""
+    packaged env imports only in its own venv, so in-process demos would fail on it.
+    `pools`: the run's `PoolSet` (its workers; else a pool built for this call)."""
     from dataclasses import replace
 
     from arborl.data import read_trajectories
@@ -160,19 +161,22 @@ def load_demos(cfg) -> list[Trajectory]:
         return read_trajectories(cfg.sft.demos)
     seeds = draw_seeds(cfg.sft.num_demos, cfg.sft.seed)
     res = run_episodes_with_policy(
-        OraclePolicy(), cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
+        OraclePolicy(), pools or cfg.env.id, seeds, replace(cfg.rollout, group_size=1),
         split=cfg.env.train_split, env_kwargs=cfg.env.kwargs, pool_mode=cfg.env.pool_mode,
         pool_options=pool_options(cfg),
     )  # fmt: skip
     return res.trajectories
 
 
-def warm_start(model, tokenizer, cfg, logger=None, log_steps: bool = False) -> dict[str, float]:
+def warm_start(
+    model, tokenizer, cfg, logger=None, log_steps: bool = False, pools=None
+) -> dict[str, float]:
     """SFT `model` in place on the demos of `cfg` (a `TrainConfig`); the final stats.
 
     With `log_steps`, every optimizer step's stats go to `logger` (`arborl sft`);
-    otherwise only the final stats are logged, as step 0 (`arborl train`)."""
-    demos = load_demos(cfg)
+    otherwise only the final stats are logged, as step 0 (`arborl train`). `pools`: the
+    run's `PoolSet`, for the demos' envs."""
+    demos = load_demos(cfg, pools)
     examples = build_sft_examples(demos, tokenizer, cfg.agent, cfg.rollout.max_prompt_tokens)
     log.info(
         "SFT on %d demos (%d steps) for %d optimizer steps",
@@ -199,7 +203,7 @@ def sft_job(cfg) -> dict:
     from arborl.config import to_dict
     from arborl.generation.hf import HFBackend
     from arborl.models import save_policy
-    from arborl.train.build import build_policy, compute_dtype, set_threads
+    from arborl.train.build import build_policy, build_pool_set, compute_dtype, set_threads
     from arborl.train.evaluate import evaluate_policy, record_evaluation
     from arborl.train.runlog import MetricsLogger, RunDir
 
@@ -209,16 +213,18 @@ def sft_job(cfg) -> dict:
         run, total=cfg.sft.steps, desc="SFT", keys=("sft/loss",),
         disable_bar=not cfg.trainer.progress, loggers=cfg.trainer.loggers, config=to_dict(cfg),
     )  # fmt: skip
+    pools = None
     try:
+        pools = build_pool_set(cfg)  # the demos' and the evaluation's envs: one set of workers
         model, tokenizer = build_policy(cfg)
         with compute_dtype(cfg, model):
-            stats = warm_start(model, tokenizer, cfg, logger, log_steps=True)
+            stats = warm_start(model, tokenizer, cfg, logger, log_steps=True, pools=pools)
         policy_dir = save_policy(model, tokenizer, run.path / "checkpoints" / "sft" / "policy")
         save_agent_settings(policy_dir, cfg.agent)
         model.eval()
         backend = HFBackend(model, tokenizer, max_batch_size=128)
         with compute_dtype(cfg, model):
-            result = evaluate_policy(backend, tokenizer, cfg)
+            result = evaluate_policy(backend, tokenizer, cfg, pools=pools)
         after, _ = record_evaluation(run.path, cfg.sft.steps, result)
         logger.log(cfg.sft.steps, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
@@ -229,6 +235,8 @@ def sft_job(cfg) -> dict:
         }
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2))
     finally:
+        if pools is not None:
+            pools.close()
         logger.close()
         run.close()
     if cfg.trainer.report:

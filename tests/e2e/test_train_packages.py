@@ -74,12 +74,14 @@ def test_arborl_sft_on_babyai_evaluates_in_its_pool_mode(tmp_path, monkeypatch):
 
 
 def test_a_worker_killed_mid_rollout_ends_only_its_episode(tmp_path, monkeypatch):
-    """16 episodes in 16 subprocess workers; worker 1 is SIGKILLed before the second turn
+    """16 episodes in 16 subprocess workers (env.num_workers=16: one env each, so a crash
+    ends one episode; the default spreads envs over one worker per core); worker 1 is
+    SIGKILLed before the second turn
     of RL step 1. Its episode ends as an env error and leaves the update; the other 15 run
     to the turn limit; step 2 restarts the worker and runs all 16."""
     set_up("babyai", monkeypatch)
     cfg = load_train_config([
-        "env=babyai", "model.name_or_path=tiny-0.1m", "sft.enabled=false",
+        "env=babyai", "env.num_workers=16", "model.name_or_path=tiny-0.1m", "sft.enabled=false",
         "rollout.num_tasks=4", "rollout.group_size=4", "rollout.max_turns=3",
         "eval.num_episodes=2", "eval.every=0", "trainer.total_steps=2", "trainer.plots=false",
         "trainer.progress=false", "trainer.report=false", f"trainer.output_dir={tmp_path}",

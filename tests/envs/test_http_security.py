@@ -178,14 +178,16 @@ def test_a_worker_whose_pipe_closed_is_never_reused():
     # was reused and the reset after a kill -9 came back as an env error.
     t = SubprocessTransport("arborl/Maze-v0", 1)
     try:
-        w = t._ensure(0)
+        t.group.ensure([0])
+        w = t.workers[0]
         w.proc.kill()
         w.proc.wait()
         while w.read_available():
             time.sleep(0.01)
         w.proc.poll = lambda: None  # the window in which poll() has not seen the death
         assert not w.alive()
-        assert t._ensure(0) is not w and t.num_restarts == 1
+        t.group.ensure([0])
+        assert t.workers[0] is not w and t.num_restarts == 1
     finally:
         t.close()
 

@@ -78,14 +78,15 @@ def test_summarize_eval_merges_the_outcomes_of_every_share():
 
 
 def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypatch):
-    """eval.chunk_episodes: no pool holds more envs than a chunk; the tasks are the same,
-    and a greedy evaluation (no sampling) gives the same outcomes and stats as one batch."""
-    import arborl.rollout.loop as loop
+    """eval.chunk_episodes: no pool holds more envs than a chunk (chunks of one size share
+    a pool); the tasks are the same, and a greedy evaluation (no sampling) gives the same
+    outcomes and stats as one batch."""
+    import arborl.envs.poolset as poolset
 
     sizes = []
-    real = loop.make_pool
+    real = poolset.make_pool
     monkeypatch.setattr(
-        loop, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
+        poolset, "make_pool", lambda e, n, *a, **k: sizes.append(n) or real(e, n, *a, **k)
     )
 
     def run(chunk, temperature):
@@ -97,7 +98,7 @@ def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypat
 
     whole, whole_sizes = run(None, 0.0)
     chunked, chunked_sizes = run(3, 0.0)
-    assert whole_sizes == [7] and chunked_sizes == [3, 3, 1]
+    assert whole_sizes == [7] and chunked_sizes == [3, 1]
     assert chunked["outcomes"] == whole["outcomes"] and len(whole["outcomes"]) == 7
     for key in ("success", "episodes", "mean_return", "mean_turns", "invalid_action_rate"):
         assert chunked[key] == pytest.approx(whole[key]), key

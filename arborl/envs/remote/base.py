@@ -18,6 +18,8 @@ different envs, as the rollout's async mode does. Calls run concurrently unless 
 a *lane*: `transport.lane(index)` names the channel an instance is reached through (a
 subprocess worker's pipe carries one batch at a time; an HTTP or Ray instance is its own
 lane), and calls on one lane wait for each other. A transport without `lane` is one lane.
+Pools whose transports share processes (`EnvWorkers`) share their lane locks too
+(`transport.lane_locks`), so a training and an evaluation pool never interleave on a pipe.
 """
 
 from __future__ import annotations
@@ -150,8 +152,8 @@ class RemotePool(PoolBookkeeping):
         self._lost: set[int] = set()
         self._closed = False
         self._lane_of = getattr(transport, "lane", lambda i: 0)
-        self._lanes: dict[Any, threading.Lock] = {}
-        self._lanes_lock = threading.Lock()
+        shared = getattr(transport, "lane_locks", None)  # pools over the same processes
+        self._lanes, self._lanes_lock = shared or ({}, threading.Lock())
         failed = self._open(list(range(num_envs)))
         if failed:
             self.transport.close()

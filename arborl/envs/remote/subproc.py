@@ -5,8 +5,15 @@ package's isolated interpreter, or the host's for a plain registry env) holding 
 more env instances. A batch of calls goes out as one JSON line per worker, all workers at
 once, and the replies are gathered with `select` against a deadline: a worker that misses
 it is killed (its instances are lost and rebuilt before their next reset), one that died
-is restarted. With the default of one env per worker a crash or hang ends one episode
-only; with several, it ends the episodes of that worker's envs.
+is restarted. With one env per worker (the pool's default) a crash or hang ends one
+episode only; with several, it ends the episodes of that worker's envs.
+
+The processes belong to an `EnvWorkers` group. A pool built alone owns its group (and
+stops it on `close`); a run passes one group to all its pools (`make_pool(...,
+workers=group)`, see `arborl.envs.poolset`), so its training and evaluation envs live as
+sessions in the same few processes, which start once per run, all at once: a worker
+starts in about 1-3 s (an interpreter and the env's imports), so 128 of them started one
+after another took minutes of every step that built a pool.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,21 +60,28 @@ class StdioWorker:
     """One worker process and its line protocol."""
 
     def __init__(self, env_id: str, python: str | None, spec: dict | None, secret: str,
-                 log_path: Path, start_timeout_s: float = 60.0) -> None:  # fmt: skip
-        self.log_path = log_path
-        cmd = [python or sys.executable, "-m", "arborl.envs.remote.stdio_worker", env_id]
+                 log_path: Path, start_timeout_s: float = 60.0, wait: bool = True) -> None:  # fmt: skip
+        """Start the process; with `wait`, block until it says it is ready (else call
+        `wait_ready`: several workers then start at the same time)."""
+        self.log_path, self.env_id = log_path, env_id
+        self.cmd = [python or sys.executable, "-m", "arborl.envs.remote.stdio_worker", env_id]
         self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log, env=worker_env(python, spec, secret))  # fmt: skip
         self._buf = b""
         self.closed = False  # its stdout hit end of file or stdin broke: never reuse it
         os.set_blocking(self.proc.stdout.fileno(), False)
-        ready = self.read_line(time.monotonic() + start_timeout_s)
+        if wait:
+            self.wait_ready(time.monotonic() + start_timeout_s, start_timeout_s)
+
+    def wait_ready(self, deadline: float, start_timeout_s: float) -> None:
+        """Block until the worker's ready line; kill it and raise at `deadline`."""
+        ready = self.read_line(deadline)
         if ready is None or not json.loads(ready).get("ready"):
             self.kill()
             raise RuntimeError(
-                f"env worker for {env_id!r} ({cmd[0]}) did not start within "
-                f"{start_timeout_s:g}s (exit code {self.proc.poll()});{_tail(log_path)}"
+                f"env worker for {self.env_id!r} ({self.cmd[0]}) did not start within "
+                f"{start_timeout_s:g}s (exit code {self.proc.poll()});{_tail(self.log_path)}"
             )
 
     @property
@@ -175,23 +190,123 @@ def _parse(line: str) -> Any:
         return f"bad reply from worker: {line!r:.200} ({e!r})"
 
 
-class SubprocessTransport:
-    """Env instances spread over `num_workers` worker processes (default one per env)."""
+class EnvWorkers:
+    """`num_workers` worker processes of one env id, shared by the pools built over them.
 
-    def __init__(self, env_id: str, num_envs: int, python: str | None = None,
-                 spec: dict | None = None, num_workers: int | None = None,
-                 start_timeout_s: float = 60.0, log_dir: str | Path | None = None) -> None:  # fmt: skip
-        self.env_id, self.python, self.spec = env_id, python, spec
-        self.num_workers = min(num_envs, num_workers or num_envs)
-        if self.num_workers < 1:
+    A process starts when a pool first puts an env on it (all of a pool's missing ones at
+    once) and is restarted when found dead; `close` stops them all. Pools address their
+    envs by session keys of their own (`session_prefix`), so one process holds envs of
+    several pools, and calls to a process from any of them take turns on its lane lock
+    (`lane_locks`: a pipe carries one batch at a time).
+    """
+
+    def __init__(self, env_id: str, num_workers: int, python: str | None = None,
+                 spec: dict | None = None, start_timeout_s: float = 60.0,
+                 log_dir: str | Path | None = None) -> None:  # fmt: skip
+        if num_workers < 1:
             raise ValueError(f"num_workers={num_workers!r} must be >= 1")
-        self.start_timeout_s = start_timeout_s
+        self.env_id, self.python, self.spec = env_id, python, spec
+        self.num_workers, self.start_timeout_s = num_workers, start_timeout_s
         self._tmp = None if log_dir else tempfile.TemporaryDirectory(prefix="arborl-workers-")
         self.log_dir = Path(log_dir or self._tmp.name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.secret = secrets.token_hex(16)
-        self.workers: list[StdioWorker | None] = [None] * self.num_workers
+        self.workers: list[StdioWorker | None] = [None] * num_workers
+        self.num_starts = 0
+        """Processes started so far, restarts included."""
         self.num_restarts = 0
+        self.lane_locks: tuple[dict, threading.Lock] = ({}, threading.Lock())
+        self._num_pools = 0
+        self.closed = False
+
+    def session_prefix(self) -> str:
+        """A prefix no other pool over these workers uses for its session keys."""
+        self._num_pools += 1
+        return f"p{self._num_pools}-"
+
+    def ensure(self, ks: list[int]) -> None:
+        """Have workers `ks` running: start the missing or dead ones, all at once (each
+        is started from this thread, which its parent-death signal is tied to)."""
+        if self.closed:
+            raise RuntimeError(f"the env workers of {self.env_id!r} were closed")
+        started = []
+        for k in ks:
+            w = self.workers[k]
+            if w is not None and w.alive():
+                continue
+            if w is not None:
+                w.kill()
+                self.num_restarts += 1
+            self.workers[k] = None
+            log = self.log_dir / f"worker-{k}.log"
+            w = StdioWorker(self.env_id, self.python, self.spec, self.secret, log,
+                            self.start_timeout_s, wait=False)  # fmt: skip
+            self.num_starts += 1
+            started.append((k, w))
+        deadline = time.monotonic() + self.start_timeout_s
+        failed = None
+        for k, w in started:
+            try:
+                w.wait_ready(deadline, self.start_timeout_s)
+                self.workers[k] = w
+            except RuntimeError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
+
+    def close(self) -> None:
+        """Stop every worker (end of input first, so an env can close cleanly)."""
+        self.closed = True
+        running = [w for w in self.workers if w is not None]
+        for w in running:
+            try:
+                w.proc.stdin.close()  # end of input: the worker exits on its own
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 3.0  # for all of them together
+        for w in running:
+            try:
+                w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            w.kill()
+        self.workers = [None] * self.num_workers
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class SubprocessTransport:
+    """Env instances spread over worker processes: a shared `EnvWorkers` group, or
+    `num_workers` processes of its own (default one per env)."""
+
+    def __init__(self, env_id: str, num_envs: int, python: str | None = None,
+                 spec: dict | None = None, num_workers: int | None = None,
+                 start_timeout_s: float = 60.0, log_dir: str | Path | None = None,
+                 workers: EnvWorkers | None = None) -> None:  # fmt: skip
+        if workers is not None and workers.env_id != env_id:
+            raise ValueError(
+                f"the shared env workers run {workers.env_id!r}, not {env_id!r}; build one "
+                "EnvWorkers group per env id"
+            )
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"num_workers={num_workers!r} must be >= 1")
+        self.env_id, self.start_timeout_s = env_id, start_timeout_s
+        self.owns_workers = workers is None
+        self.group = workers or EnvWorkers(env_id, min(num_envs, num_workers or num_envs),
+                                           python, spec, start_timeout_s, log_dir)  # fmt: skip
+        self.num_workers = self.group.num_workers
+        self.lane_locks = self.group.lane_locks
+        self.prefix = self.group.session_prefix()
+        self._opened: set[int] = set()
+
+    @property
+    def workers(self) -> list[StdioWorker | None]:
+        return self.group.workers
+
+    @property
+    def num_restarts(self) -> int:
+        return self.group.num_restarts
 
     def _worker_of(self, index: int) -> int:
         return index % self.num_workers
@@ -204,27 +319,14 @@ class SubprocessTransport:
         w = self.workers[self._worker_of(index)]
         return f"worker pid {w.pid}" if w else "worker not running"
 
-    def _ensure(self, k: int) -> StdioWorker:
-        w = self.workers[k]
-        if w is None or not w.alive():
-            if w is not None:
-                w.kill()
-                self.num_restarts += 1
-            w = StdioWorker(self.env_id, self.python, self.spec, self.secret,
-                            self.log_dir / f"worker-{k}.log", self.start_timeout_s)  # fmt: skip
-            self.workers[k] = w
-        return w
-
     def open(self, indices: list[int], kwargs: dict[str, Any]) -> list[Reply]:
-        replies = []
-        for k in sorted({self._worker_of(i) for i in indices}):
-            try:
-                self._ensure(k)
-            except RuntimeError as e:
-                return [Reply(False, error=str(e), lost=True) for _ in indices]
+        try:
+            self.group.ensure(sorted({self._worker_of(i) for i in indices}))
+        except RuntimeError as e:
+            return [Reply(False, error=str(e), lost=True) for _ in indices]
+        self._opened.update(indices)
         calls = [(i, "create", {"kwargs": kwargs}) for i in indices]
-        replies = self.call(calls, self.start_timeout_s)
-        return replies
+        return self.call(calls, self.start_timeout_s)
 
     def call(self, calls: list[tuple[int, str, dict]], timeout_s: float) -> list[Reply]:
         batches: dict[int, tuple[StdioWorker, list[int]]] = {}
@@ -234,8 +336,8 @@ class SubprocessTransport:
             per_worker.setdefault(self._worker_of(i), []).append(n)
         for k, ns in per_worker.items():
             w = self.workers[k]
-            if w is None or not w.alive() or not w.send([[str(calls[n][0]), calls[n][1],
-                                                         calls[n][2]] for n in ns]):  # fmt: skip
+            batch = [[f"{self.prefix}{calls[n][0]}", calls[n][1], calls[n][2]] for n in ns]
+            if w is None or not w.alive() or not w.send(batch):
                 why = w.describe_death() if w else "worker not running"
                 for n in ns:
                     replies[n] = Reply(False, error=f"crashed: {why}", lost=True)
@@ -261,22 +363,42 @@ class SubprocessTransport:
         return replies  # type: ignore[return-value]
 
     def close(self) -> None:
-        for w in self.workers:
-            if w is not None:
-                try:
-                    w.proc.stdin.close()  # end of input: the worker exits on its own
-                    w.proc.wait(timeout=3)
-                except (OSError, ValueError, subprocess.TimeoutExpired):
-                    pass
-                w.kill()
-        self.workers = [None] * self.num_workers
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        """Stop the workers if this pool owns them; else delete its sessions from the
+        shared ones (best effort: the group's own `close` ends them anyway)."""
+        if self.owns_workers:
+            self.group.close()
+            return
+        locks, table_lock = self.lane_locks
+        by_worker: dict[int, list[int]] = {}
+        for i in sorted(self._opened):
+            by_worker.setdefault(self._worker_of(i), []).append(i)
+        self._opened.clear()
+        for k, indices in by_worker.items():
+            w = self.workers[k]
+            with table_lock:
+                lock = locks.setdefault(k, threading.Lock())
+            # a worker busy past 5 s (a hung call of another pool) keeps the sessions
+            if w is None or not w.alive() or not lock.acquire(timeout=5.0):
+                continue
+            try:
+                self.call([(i, "delete", {}) for i in indices], 5.0)
+            finally:
+                lock.release()
+
+
+def subprocess_workers(env_id: str, ctx: dict, num_workers: int) -> EnvWorkers:
+    """The worker group a run shares between its `subprocess` pools of `env_id` (`ctx`:
+    `arborl.envs.modes.package_context`); processes start as pools use them."""
+    return EnvWorkers(env_id, num_workers, ctx["python"], ctx["spec"])
 
 
 def subprocess_pool(env_id: str, num_envs: int, ctx: dict, num_workers: int | None = None,
-                    **kw: Any) -> RemotePool:  # fmt: skip
-    """`make_pool(..., mode="subprocess")`: `num_workers` processes (default one per env)."""
+                    workers: EnvWorkers | None = None, **kw: Any) -> RemotePool:  # fmt: skip
+    """`make_pool(..., mode="subprocess")`: the envs as sessions in the shared `workers`,
+    or in `num_workers` processes of the pool's own (default one per env)."""
+    if workers is not None and num_workers is not None:
+        raise ValueError("pass num_workers or a shared workers group, not both")
     opts = pop_pool_options(kw)
-    t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers)
+    t = SubprocessTransport(env_id, num_envs, ctx["python"], ctx["spec"], num_workers,
+                            workers=workers)  # fmt: skip
     return RemotePool(t, env_id, num_envs, kw, mode="subprocess", **opts)
