@@ -39,6 +39,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,10 +117,15 @@ class WeightVersion:
     """A counter that moves when the policy's weights change: `backend.weights_version`
     where the backend keeps one (vLLM), else one more each time the in-process model's
     parameters were written in place or replaced since the last look (optimizer steps, a
-    `load_state_dict`: `arborl.generation.lean.weights_key`)."""
+    `load_state_dict`: `arborl.generation.lean.weights_key`). The count belongs to the
+    model, not to one gateway: every gateway over the same model (a trainer starts one per
+    rollout) continues it, so versions grow over a run."""
+
+    _counts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    """model -> [version, weights key at the last look]."""
 
     def __init__(self, backend: Any) -> None:
-        self.backend, self.version, self._key = backend, 0, None
+        self.backend = backend
 
     def __call__(self) -> int:
         if hasattr(self.backend, "weights_version"):
@@ -130,10 +136,14 @@ class WeightVersion:
         from arborl.generation.lean import weights_key
 
         key = weights_key(model)
-        if self._key is not None and key != self._key:
-            self.version += 1
-        self._key = key
-        return self.version
+        with _VERSION_LOCK:
+            seen = self._counts.setdefault(model, [0, key])
+            if key != seen[1]:
+                seen[0], seen[1] = seen[0] + 1, key
+            return seen[0]
+
+
+_VERSION_LOCK = threading.Lock()
 
 
 class SessionPath:

@@ -8,7 +8,8 @@ where `rollout_cfg` is the step's `RolloutConfig` (seeded for this step) and `cf
 `TrainConfig` (a mode reads `cfg.agent`, and `tree` reads `cfg.search`). The registry lives
 here, above both `arborl.rollout` and `arborl.search`, so that neither has to know the
 other: `flat` is `arborl.rollout.run_rollout`, `tree` is
-`arborl.search.training.tree_rollout`. A new mode is one `ROLLOUT_MODES.register` away.
+`arborl.search.training.tree_rollout`, `agent` is `arborl.rollout.agents.run_agent_rollout`
+(a program you wrote, through the gateway). A new mode is one `ROLLOUT_MODES.register` away.
 
     res = rollout_step(backend, tokenizer, pool, seeds, rollout_cfg, cfg, cfg.env.train_split)
 """
@@ -43,6 +44,28 @@ def tree_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
     return grow(backend, tokenizer, pool, seeds, rollout_cfg, cfg.search, cfg.agent, split=split)
 
 
+@ROLLOUT_MODES.register("agent")
+def agent_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
+    """Episodes of the `agent_program` section's program, each talking to the policy
+    through the training gateway (`arborl.rollout.agents`); every model call it made is one
+    step-view row, token-exact. Held-out evaluation runs the program too."""
+    from arborl.rollout.agents import run_agent_rollout
+
+    return run_agent_rollout(
+        backend, tokenizer, pool, seeds, rollout_cfg, cfg.agent_program, split, cfg.env.id
+    )
+
+
+def _agent_evaluate_share(backend, tokenizer, cfg, seeds, sample_seed):
+    from arborl.train.agent_eval import evaluate_agent_share
+
+    return evaluate_agent_share(backend, tokenizer, cfg, seeds, sample_seed)
+
+
+# A mode whose episodes are not arborl's prompt loop evaluates with its own share function
+# (`arborl.train.evaluate.evaluate_share`'s signature and result).
+agent_rollout.evaluate_share = _agent_evaluate_share
+agent_rollout.views = ("step",)  # one row per model call
 tree_rollout.views = ("step",)  # each node is one decision: one step row, no episode view
 # The one mode that runs `rollout.async_envs` (a tree grows in its own loop).
 flat_rollout.async_envs = True
