@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arborl.report.compare import format_table  # noqa: F401 - the scripts' table, one copy
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -82,19 +84,6 @@ def median(values: list[float]) -> float:
 def ratio(a: float, b: float) -> float:
     """a / b, NaN when b is zero."""
     return a / b if b else float("nan")
-
-
-def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    """A Markdown table (floats with 3 significant decimals), also readable in a terminal."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def write_json(result: dict[str, Any], out: str | None, name: str) -> Path:

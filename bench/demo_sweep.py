@@ -25,17 +25,15 @@ default (measured on an idle machine). Finished runs are reused (`--fresh` rerun
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 from common import RESULTS_DIR, format_table, machine_info, write_json
 
-from arborl.config import to_dict
+from arborl.config import from_dict, to_dict
+from arborl.train.compare import CompareConfig, run_grid
 from arborl.train.config import load_train_config
-from arborl.train.rl import RLTrainer
 from arborl.train.runlog import read_metrics
 
 CANDIDATES: dict[str, list[str]] = {
@@ -82,30 +80,38 @@ CANDIDATES: dict[str, list[str]] = {
 winners in a new entry)."""
 
 
-def run_candidate(name: str, seed: int, args) -> dict:
-    run_dir = Path(args.work_dir) / f"{name}-s{seed}-e{args.eval_episodes}"
-    overrides = [
-        *CANDIDATES[name], f"trainer.seed={seed}", f"sft.seed={seed}", f"model.seed={seed}",
-        f"eval.num_episodes={args.eval_episodes}", "eval.every=0", "trainer.save_every=0",
+def sweep_grid(args: argparse.Namespace) -> CompareConfig:
+    """The candidates x seeds as an `arborl compare` grid in which every run trains its
+    own SFT start (start=own: candidates change SFT), each compared with "default" on the
+    seeds where they share a start."""
+    base = [
+        f"eval.num_episodes={args.eval_episodes}", "eval.every=0",
         "trainer.save_trajectories=0", "trainer.plots=false", "trainer.progress=false",
-        f"trainer.output_dir={run_dir.parent}", f"trainer.name={run_dir.name}", *args.set,
+        *args.set,
     ]  # fmt: skip
-    marker = run_dir / "sweep_overrides.json"
-    if not args.fresh and marker.exists() and json.loads(marker.read_text()) == overrides:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        summary = RLTrainer(load_train_config(overrides)).fit()
-        marker.write_text(json.dumps(overrides))
-    before, after = summary["before"], summary["after"]
+    pairs = [[c, "default"] for c in args.candidates if c != "default"]
+    grid = {
+        "arms": {c: CANDIDATES[c] for c in args.candidates},
+        "seeds": args.seeds,
+        "base": base,
+        "start": "own",
+        "out": str(Path(args.work_dir) / f"e{args.eval_episodes}"),
+        "pairs": pairs if "default" in args.candidates else [],
+    }
+    return from_dict(CompareConfig, grid, prefix="sweep.")
+
+
+def candidate_row(r: dict, args: argparse.Namespace) -> dict:
+    """One run of the sweep as its table shows it (from the grid's comparison row)."""
+    before, after = r["before"], r["after"]
     return {
-        "candidate": name, "seed": seed, "overrides": CANDIDATES[name],
+        "candidate": r["arm"], "seed": r["seed"], "overrides": CANDIDATES[r["arm"]],
         "before": before["success"], "before_lo": before["success_lo"],
         "before_hi": before["success_hi"], "after": after["success"],
         "after_lo": after["success_lo"], "after_hi": after["success_hi"],
         "gain": after["success"] - before["success"],
-        "separated": after["success_lo"] > before["success_hi"], "rl_steps": summary["steps"],
-        "wall_s": summary["wall_s"], "s_per_rl_step": summary["wall_s"] / max(summary["steps"], 1),
+        "separated": after["success_lo"] > before["success_hi"], "rl_steps": r["steps"],
+        "wall_s": r["wall_s"], "s_per_rl_step": r["wall_s"] / max(r["steps"], 1),
         "loadavg": list(os.getloadavg()), "eval_episodes": args.eval_episodes,
     }  # fmt: skip
 
@@ -207,13 +213,9 @@ def main(argv: list[str] | None = None) -> None:
         collect(args.collect, args.out)
         return
     t0 = time.perf_counter()
-    rows = []
-    for name in args.candidates:
-        for seed in args.seeds:
-            rows.append(run_candidate(name, seed, args))
-            r = rows[-1]
-            print(f"[{name} s{seed}] {r['before']:.3f} -> {r['after']:.3f} "
-                  f"({r['rl_steps']} RL steps, {r['wall_s']} s)", flush=True)  # fmt: skip
+    result = run_grid(sweep_grid(args), fresh=args.fresh)
+    print("\n" + result["text"] + "\n")
+    rows = [candidate_row(r, args) for r in result["runs"] if r["after"] and r["before"]]
     headers = ["candidate", "seed", "before RL", "after RL", "95% CI after", "gain",
                "separated", "RL steps", "s/RL step", "load"]  # fmt: skip
     table = [
@@ -225,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(headers, table))
     result = {
         "benchmark": "demo_sweep", "setup": vars(args), "runs": rows,
+        "paired": result["paired"],
         "total_wall_s": round(time.perf_counter() - t0, 1), "machine": machine_info(1),
     }  # fmt: skip
     print("wrote", write_json(result, args.out or str(RESULTS_DIR / "demo_sweep.json"), "x"))

@@ -1,4 +1,5 @@
-"""`bench/learning.py` runs end to end at toy size and writes the JSON keys the docs rely on.
+"""`bench/learning.py` (an `arborl compare` grid per env) runs end to end at toy size and
+writes the JSON keys the docs rely on.
 
 A benchmark, not a test of learning: success numbers are never asserted, only that every
 (env, algo, seed) run finished from its SFT start within one rollout batch of the budget.
@@ -23,7 +24,7 @@ def test_learning_bench_writes_its_json(tmp_path):
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| env | algo | seed |" in proc.stdout  # the printed table
+    assert "gain over the start" in proc.stdout  # the printed tables
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "learning" and doc["quick"] is True
     assert out.with_suffix(".png").stat().st_size > 0
@@ -35,19 +36,24 @@ def test_learning_bench_writes_its_json(tmp_path):
     batch = 2 * 2 * 4  # rollout.num_tasks x group_size x max_turns in --quick
     for run in doc["runs"]:
         sft = next(s for s in doc["sft"] if (s["env"], s["seed"]) == (run["env"], run["seed"]))
-        assert run["sft_success"] == sft["success"]  # same policy, same held-out tasks
-        assert 0.0 <= run["success_lo"] <= run["success"] <= run["success_hi"] <= 1.0
+        assert run["before"]["success"] == sft["success"]  # same policy, same held-out tasks
+        after = run["after"]
+        assert 0.0 <= after["success_lo"] <= after["success"] <= after["success_hi"] <= 1.0
         budget = setup["env_steps_budget"][run["env"]]
         assert budget <= run["env_steps"] < budget + batch
-        assert run["rl_steps"] >= 1 and run["wall_s"] > 0 and not run["reused"]
-    assert [(s["env"], s["algo"]) for s in doc["summary"]] == [
+        assert run["steps"] >= 1 and run["wall_s"] > 0 and not run["reused"]
+        assert run["start"].startswith("<work-dir>/")  # no machine folder in the results
+    assert [(s["env"], s["arm"]) for s in doc["summary"]] == [
         (env, algo) for env in ("maze", "sokoban") for algo in ("ppo", "grpo", "gigpo")
     ]
     for s in doc["summary"]:
-        assert s["mean_gain"] == pytest.approx(s["mean_success"] - s["mean_sft_success"])
-    # A second call with the same settings reuses every finished run instead of retraining.
+        assert s["gain"] == pytest.approx(s["success"] - s["start_success"])
+    assert [(d["a"], d["b"]) for d in doc["paired"]][:3] == [
+        ("gigpo", "grpo"), ("grpo", "ppo"), ("gigpo", "ppo")
+    ]  # fmt: skip
+    # A second call with the same settings collects every finished run instead of retraining.
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = json.loads(out.read_text())
     assert all(r["reused"] for r in again["runs"]) and all(s["reused"] for s in again["sft"])
-    assert [r["success"] for r in again["runs"]] == [r["success"] for r in doc["runs"]]
+    assert [r["after"] for r in again["runs"]] == [r["after"] for r in doc["runs"]]

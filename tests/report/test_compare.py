@@ -14,6 +14,7 @@ from arborl.report.compare import (
     format_comparison,
     label_runs,
     paired_differences,
+    train_windows,
 )
 from arborl.report.stats import mean_interval, t_two_sided
 
@@ -97,3 +98,29 @@ def test_plain_runs_are_labelled_by_their_differences_and_compared_in_the_report
     )
     assert "paired differences after RL" in capsys.readouterr().out
     assert "| a - b |" in format_comparison(result)
+
+
+def test_paired_differences_reproduce_the_committed_5_seed_maze_table():
+    """docs/BENCHMARKS.md's Maze rows (bench/learning.py before the grid moved into the
+    library) come out of `paired_differences`, now with their t intervals."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "bench/results/learning_maze_5seeds_2026-12-02.json"
+    runs = json.loads(path.read_text())["runs"]
+    rows = [{"arm": r["algo"], "seed": r["seed"], "success": r["success"]} for r in runs]
+    pairs = paired_differences(rows, [("gigpo", "grpo"), ("grpo", "ppo"), ("gigpo", "ppo")])
+    gg = pairs[0]
+    assert gg["seeds"] == [0, 1, 2, 3, 4] and gg["seeds_ahead"] == 1
+    assert gg["diffs"] == pytest.approx([-0.020, -0.020, 0.020, -0.015, -0.005])
+    # mean -0.008, sd 0.016808 (n - 1); half = 2.7764 * 0.016808 / sqrt(5) = 0.020870
+    assert (gg["diff"], gg["diff_lo"], gg["diff_hi"]) == pytest.approx(
+        (-0.008, -0.028870, 0.012870), abs=2e-5
+    )
+    assert pairs[1]["seeds_ahead"] == 4 and pairs[1]["diff"] == pytest.approx(0.018)
+
+
+def test_train_windows_are_the_first_middle_and_last_ten_steps():
+    # steps 0..29 with success = step: first 0..9 (4.5), middle 10..19 (14.5), last 20..29
+    assert train_windows([float(i) for i in range(30)]) == {
+        "first": 4.5, "middle": 14.5, "last": 24.5
+    }  # fmt: skip
