@@ -31,7 +31,7 @@ from arborl.agent.settings import agent_settings_text
 from arborl.config import ConfigError
 from arborl.data import Batch
 from arborl.distributed.dispatch import WorkerGroup
-from arborl.distributed.fleet import RolloutFleet
+from arborl.distributed.fleet import RolloutFleet, describe
 from arborl.distributed.merge import merge_rollouts
 from arborl.distributed.placement import Placement, init_ray
 from arborl.distributed.workers import ColocatedRole, RolloutRole, TrainRole
@@ -65,6 +65,11 @@ def check_ray_config(cfg: TrainConfig) -> None:
             "ray.one_step_off=true overlaps rollout and training in different processes; "
             "it needs ray.placement=split"
         )
+    if t.placement == "colocated" and t.rollout_resources:
+        raise ConfigError(
+            "ray.placement=colocated runs rollout in the train ranks, which ray.train_resources "
+            "places; ray.rollout_resources must stay empty (or use placement=split)"
+        )
     if getattr(cfg.rollout, "mode", "flat") != "flat":
         raise ConfigError(
             f"trainer.engine=ray rolls out flat episodes; rollout.mode={cfg.rollout.mode!r} "
@@ -75,6 +80,14 @@ def check_ray_config(cfg: TrainConfig) -> None:
             f"trainer.engine=ray trains the step view; rollout.view={cfg.rollout.view!r} "
             "is not supported there (use rollout.view=step)"
         )
+    for key in ("train_resources", "rollout_resources"):
+        for name, amount in getattr(t, key).items():
+            if name in ("CPU", "GPU", "memory", "object_store_memory") or amount <= 0:
+                raise ConfigError(
+                    f"ray.{key}.{name}={amount}: custom resources are positive amounts of "
+                    "names given to `ray start --resources`; CPUs and GPUs are set by "
+                    "ray.cpus_per_worker and ray.gpus_per_rank"
+                )
     if t.num_rollout_workers > cfg.rollout.num_tasks:
         raise ConfigError(
             f"ray.num_rollout_workers={t.num_rollout_workers} exceeds rollout.num_tasks="
@@ -165,6 +178,9 @@ class RayEngine:
                 WorkerGroup(RolloutRole, handles), self.placement, policy_path,
                 t.max_worker_restarts,
             )  # fmt: skip
+        for rank, where in enumerate(self.train_group.call("where")):
+            log.info("ray placement: %s", describe(f"train rank {rank}", where))
+        self.fleet.locate()
         self._push_weights()
         return stats
 

@@ -34,6 +34,14 @@ from arborl.train.rollout_modes import rollout_step
 from arborl.train.update import actor_update, critic_fit, critic_values, score_rows
 
 
+def node_info() -> dict[str, Any]:
+    """Where the calling Ray worker runs: node id, node IP and process id."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    return {"node_id": node_id, "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+
 class TrainRole:
     """One rank of the FSDP2 train group (actor + critic + reference)."""
 
@@ -43,6 +51,10 @@ class TrainRole:
         self.policy_path = policy_path
         self.device = sharding.pick_device(cfg.ray.gpus_per_rank)
         self.model = self.critic = self.ref = None
+
+    @register("one_to_all", "all")
+    def where(self) -> dict[str, Any]:
+        return node_info()
 
     @register("one_to_all", "rank_zero")
     def rendezvous_address(self) -> tuple[str, int]:
@@ -182,11 +194,19 @@ class RolloutRole:
         return os.getpid()
 
     @register("one_to_all", "all")
+    def where(self) -> dict[str, Any]:
+        return node_info()
+
+    @register("one_to_all", "all")
     def set_weights(self, state: dict, version: int) -> int:
-        """Load a full numpy state pushed through the object store; returns the version."""
-        if version <= self.version:
+        """Load a full numpy state pushed through the object store; returns the version.
+        The version already loaded is a no-op: a replacement worker got it at its start
+        before the push it replaces is re-run."""
+        if version == self.version:
+            return version
+        if version < self.version:
             raise RuntimeError(
-                f"rollout worker {self.index}: weights version {version} is not newer than "
+                f"rollout worker {self.index}: weights version {version} is older than "
                 f"the loaded {self.version}; the controller pushed updates out of order"
             )
         sharding.load_numpy_state(self.backend.model, state)

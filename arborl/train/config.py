@@ -363,7 +363,14 @@ class RayConfig:
     CUDA and the train group on NCCL with bf16 mixed precision."""
     max_worker_restarts: int = field(default=3, metadata={"min": 0})
     """A rollout worker that dies is replaced and its share re-run, at most this many
-    times over the run."""
+    times over the run. A worker lost with its node is replaced on a live node."""
+    train_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each train rank's bundle also asks for, to pin the train group
+    to chosen nodes: {head_node: 0.01} runs it only on nodes started with `ray start
+    --resources '{"head_node": 1}'`. Empty: any node."""
+    rollout_resources: dict[str, float] = field(default_factory=dict)
+    """The same for each rollout worker ({worker_node: 0.01}). A worker whose node is lost
+    is re-placed on a live node with these resources, or on any live node if none has them."""
 
 
 @dataclass
