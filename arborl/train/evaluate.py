@@ -19,6 +19,7 @@ from pathlib import Path
 
 from arborl.data import write_trajectories
 from arborl.envs.poolset import PoolSet
+from arborl.registry import load_entry_point
 from arborl.rollout import draw_seeds, run_episodes_with_policy
 from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import make_lm_policy
@@ -44,7 +45,8 @@ def evaluate_share(
     `summarize_eval` combines shares."""
     own = getattr(ROLLOUT_MODES.get(cfg.rollout.mode), "evaluate_share", None)
     if own is not None:  # a mode whose episodes are not arborl's prompt loop (agent)
-        return own(backend, tokenizer, cfg, seeds, sample_seed)
+        share = load_entry_point(own, f"rollout.mode={cfg.rollout.mode} evaluate_share")
+        return share(backend, tokenizer, cfg, seeds, sample_seed)
     n = len(seeds)
     ev, env = cfg.eval, cfg.env
     roll = replace(

@@ -56,15 +56,10 @@ def agent_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str)
     )
 
 
-def _agent_evaluate_share(backend, tokenizer, cfg, seeds, sample_seed):
-    from arborl.train.agent_eval import evaluate_agent_share
-
-    return evaluate_agent_share(backend, tokenizer, cfg, seeds, sample_seed)
-
-
 # A mode whose episodes are not arborl's prompt loop evaluates with its own share function
-# (`arborl.train.evaluate.evaluate_share`'s signature and result).
-agent_rollout.evaluate_share = _agent_evaluate_share
+# ("module:function" with `arborl.train.evaluate.evaluate_share`'s signature and result;
+# imported when asked for, since it builds on the train config that imports this module).
+agent_rollout.evaluate_share = "arborl.train.agent_eval:evaluate_agent_share"
 agent_rollout.views = ("step",)  # one row per model call
 tree_rollout.views = ("step",)  # each node is one decision: one step row, no episode view
 # The one mode that runs `rollout.async_envs` (a tree grows in its own loop).
