@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         collect(args.collect, args.out)
         return
     t0 = time.perf_counter()
-    result = run_grid(sweep_grid(args), fresh=args.fresh)
+    result = run_grid(sweep_grid(args), fresh=args.fresh, replace=True)
     print("\n" + result["text"] + "\n")
     rows = [candidate_row(r, args) for r in result["runs"] if r["after"] and r["before"]]
     headers = ["candidate", "seed", "before RL", "after RL", "95% CI after", "gain",

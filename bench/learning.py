@@ -14,8 +14,9 @@ script picks each env's settings, prints the tables and writes the bench JSON an
 The budget is checked before each RL step, so a run stops at the first step that reaches
 it: the env steps actually used exceed the budget by less than one rollout batch and are
 reported per run. Runs live in `<work-dir>/<env>/<algo>-s<seed>/` (`sft-s<seed>/` for the
-starts); a later call collects the finished ones and resumes half-finished ones
-(`--fresh` retrains), so an interrupted benchmark continues where it stopped.
+starts); a later call collects the finished ones and resumes half-finished ones, so an
+interrupted benchmark continues where it stopped; a changed setting reruns (replaces) only
+the runs it touches, and `--fresh` retrains them all.
 
     python bench/learning.py                          # the full table (~80 min on 2 cores)
     python bench/learning.py --envs maze --seeds 0 --algos grpo gigpo
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     grids = [env_grid(env, args, budgets[env], demos[env], sft_steps[env]) for env in args.envs]
     tables: dict[str, list[dict]] = {"sft": [], "runs": [], "summary": [], "paired": []}
     for env, grid in zip(args.envs, grids):
-        result = run_grid(grid, fresh=args.fresh)
+        result = run_grid(grid, fresh=args.fresh, replace=True)
         print(f"\n## {env}\n\n{result['text']}", flush=True)
         for key, rows in bench_rows(env, result, args.work_dir).items():
             tables[key] += rows

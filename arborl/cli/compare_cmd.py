@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         cfg = from_dict(CompareConfig, grid_data(args), prefix="compare.")
-        result = run_grid(cfg, fresh=args.fresh, collect_only=args.collect)
+        result = run_grid(cfg, args.fresh, args.replace, collect_only=args.collect)
     except (ConfigError, GridConflict, RunDirBusy) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -77,31 +77,44 @@ def register(sub: argparse._SubParsersAction) -> None:
         "overrides", nargs="*", help="key=value overrides every run shares (env=NAME, budget)"
     )
     p.add_argument(
-        "--arm", nargs="+", action="append", metavar=("NAME", "OVERRIDE"),
+        "--arm",
+        nargs="+",
+        action="append",
+        metavar=("NAME", "OVERRIDE"),
         help="an arm: its name, then its key=value overrides (repeatable)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--algos", nargs="+", metavar="ALGO", help="one arm per algorithm: NAME with algo=NAME"
     )
     p.add_argument("--seeds", nargs="+", type=int, help="seeds of every arm (default 0 1 2)")
     p.add_argument(
-        "--start", default=None,
+        "--start",
+        default=None,
         help="'sft' (default: one `arborl sft` run per seed), 'own' (each run trains its "
         "own SFT start) or a policy folder / model name every run starts RL from",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--sft", nargs="+", metavar="OVERRIDE", help="overrides of the SFT start runs only"
     )
     p.add_argument(
-        "--pair", nargs=2, action="append", metavar=("A", "B"),
+        "--pair",
+        nargs=2,
+        action="append",
+        metavar=("A", "B"),
         help="compare arm A minus arm B per seed (repeatable; default: every two arms)",
-    )  # fmt: skip
+    )
     p.add_argument("--level", type=float, default=None, help="interval level (default 0.95)")
     p.add_argument(
-        "--out", default=None,
+        "--out",
+        default=None,
         help="the grid's folder (default runs/compare); alone, it resumes the grid it holds",
-    )  # fmt: skip
+    )
     p.add_argument("--config", default=None, help="a YAML file of the grid's keys (grid.yaml)")
     p.add_argument("--collect", action="store_true", help="run nothing: compare what exists")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="rerun the cells whose folder holds a run of other settings (deleting it)",
+    )
     p.add_argument("--fresh", action="store_true", help="rerun every cell from scratch")
     p.set_defaults(func=_run)

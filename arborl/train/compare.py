@@ -20,7 +20,8 @@ starts, and running the grid again
 - reruns the RL runs of a seed whose SFT start is (re)trained: their start changed;
 - leaves alone a folder that another live trainer holds (grids of disjoint seeds may run
   in parallel into one folder; a last call collects them all);
-- refuses a folder that holds a run of other settings, unless `fresh` (rerun every cell).
+- refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
+  deleting the folder) or `fresh` (rerun every cell).
 """
 
 from __future__ import annotations
@@ -181,11 +182,11 @@ class GridConflict(RuntimeError):
     """A cell's folder holds a run of other settings."""
 
 
-def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False) -> str:
+def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False, replace: bool = False) -> str:
     """What a new call does with `cell`: "new" (no folder), "done" (finished, same
     settings: collected), "resume" (RL run with a checkpoint), "rerun" (half-done without
     one, or `fresh`), "busy" (a live trainer holds it: left alone). Raises GridConflict
-    when the folder holds a run of other settings and not `fresh`."""
+    when the folder holds a run of other settings, unless `replace` or `fresh` ("rerun")."""
     from arborl.train.checkpoint import latest_checkpoint
     from arborl.train.runlog import lock_holder
 
@@ -197,12 +198,13 @@ def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False) -> str:
     marker = path / CELL_FILE
     found = json.loads(marker.read_text()) if marker.exists() else None
     if found != cell.marker(cfg.start):
-        if fresh:
+        if fresh or replace:
             return "rerun"
         what = f"settings {found}" if found else f"no {CELL_FILE} (not a run of a grid)"
         raise GridConflict(
             f"{path} holds a run with {what}, not {cell.marker(cfg.start)}; move or delete "
-            "that folder, give another out folder, or rerun every cell with --fresh"
+            "that folder, give another out folder, rerun such cells with --replace or every "
+            "cell with --fresh"
         )
     if fresh:
         return "rerun"
@@ -213,10 +215,12 @@ def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False) -> str:
     return "rerun"
 
 
-def plan_statuses(cfg: CompareConfig, cells: list[Cell], fresh: bool) -> list[str]:
+def plan_statuses(
+    cfg: CompareConfig, cells: list[Cell], fresh: bool = False, replace: bool = False
+) -> list[str]:
     """`cell_status` of each cell; a seed's RL runs are rerun when its SFT start is
     (re)trained, and "blocked" (left for later) while another process trains it."""
-    status = [cell_status(cfg, c, fresh) for c in cells]
+    status = [cell_status(cfg, c, fresh, replace) for c in cells]
     start = {c.seed: s for c, s in zip(cells, status) if c.kind == "sft"}
     for i, c in enumerate(cells):
         if c.kind != "rl" or status[i] == "busy" or c.seed not in start:
@@ -245,6 +249,7 @@ def run_cell(kind: str, overrides: list[str]) -> dict:
 def run_grid(
     cfg: CompareConfig,
     fresh: bool = False,
+    replace: bool = False,
     collect_only: bool = False,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -267,7 +272,7 @@ def run_grid(
     else:
         from arborl.train.rl import TrainingAborted
 
-        statuses = plan_statuses(cfg, cells, fresh)
+        statuses = plan_statuses(cfg, cells, fresh, replace)
         out.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, out / "grid.yaml")
         for i, c in enumerate(cells):

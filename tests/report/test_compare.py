@@ -40,8 +40,14 @@ def test_mean_interval_by_hand():
 
 
 def _row(arm, seed, before, after, start="sft-s", eval_="e"):
-    return {"arm": arm, "seed": seed, "before": {"success": before},
-            "after": {"success": after}, "start": f"{start}{seed}", "eval": eval_}  # fmt: skip
+    return {
+        "arm": arm,
+        "seed": seed,
+        "before": {"success": before},
+        "after": {"success": after},
+        "start": f"{start}{seed}",
+        "eval": eval_,
+    }
 
 
 def test_gains_and_paired_differences_by_hand():
@@ -71,8 +77,9 @@ def test_gains_and_paired_differences_by_hand():
     (d,) = paired_differences(rows, [("a", "b")])
     assert d["seeds"] == [0, 1, 2]
     assert d["left_out"] == [
-        {"seed": 3, "reason": "different start"}, {"seed": 4, "reason": "different eval"}
-    ]  # fmt: skip
+        {"seed": 3, "reason": "different start"},
+        {"seed": 4, "reason": "different eval"},
+    ]
 
 
 def test_plain_runs_are_labelled_by_their_differences_and_compared_in_the_report(
@@ -122,5 +129,7 @@ def test_paired_differences_reproduce_the_committed_5_seed_maze_table():
 def test_train_windows_are_the_first_middle_and_last_ten_steps():
     # steps 0..29 with success = step: first 0..9 (4.5), middle 10..19 (14.5), last 20..29
     assert train_windows([float(i) for i in range(30)]) == {
-        "first": 4.5, "middle": 14.5, "last": 24.5
-    }  # fmt: skip
+        "first": 4.5,
+        "middle": 14.5,
+        "last": 24.5,
+    }

@@ -32,15 +32,33 @@ def _episodes(path):
 def test_arms_of_a_seed_share_the_start_the_tasks_and_the_sampling(tmp_path, capsys):
     out = tmp_path / "grid"
     fast = [*TOY, "trainer.total_steps=1", "eval.every=0"]
-    argv = ["compare", *fast, "--sft", "sft.steps=2", "sft.num_demos=2",
-            "--algos", "grpo", "gigpo", "--seeds", "0", "1", "--out", str(out)]  # fmt: skip
+    argv = [
+        "compare",
+        *fast,
+        "--sft",
+        "sft.steps=2",
+        "sft.num_demos=2",
+        "--algos",
+        "grpo",
+        "gigpo",
+        "--seeds",
+        "0",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "gain over the start" in printed and "| gigpo - grpo |" in printed
     doc = json.loads((out / "comparison.json").read_text())
     assert [c["run"] for c in doc["cells"]] == [
-        "sft-s0", "grpo-s0", "gigpo-s0", "sft-s1", "grpo-s1", "gigpo-s1"
-    ]  # fmt: skip
+        "sft-s0",
+        "grpo-s0",
+        "gigpo-s0",
+        "sft-s1",
+        "grpo-s1",
+        "gigpo-s1",
+    ]
     assert (out / "comparison.txt").read_text().strip() in printed
     assert (out / "report.html").exists() and (out / "grid.yaml").exists()
     first_eval = {}
@@ -50,7 +68,8 @@ def test_arms_of_a_seed_share_the_start_the_tasks_and_the_sampling(tmp_path, cap
         assert f"name_or_path: {start}" in cfg and f"  seed: {r['seed']}" in cfg
         first_eval[r["run"]] = _episodes(out / r["run"] / "eval_episodes" / "step-00000.jsonl")
         # the start's own held-out evaluation is the run's "before": same policy, same tasks
-        assert r["before"]["success"] == next(s for s in doc["starts"] if s["seed"] == r["seed"])["success"]  # fmt: skip
+        (start_eval,) = [s for s in doc["starts"] if s["seed"] == r["seed"]]
+        assert r["before"]["success"] == start_eval["success"]
     tasks = {run: [e["task_id"] for e in eps] for run, eps in first_eval.items()}
     assert len({tuple(t) for t in tasks.values()}) == 1 and len(tasks["grpo-s0"]) == 4
     # same start and sampling seed: the arms of a seed played the same episodes before RL
@@ -101,14 +120,22 @@ def test_a_second_call_runs_only_what_is_missing_and_resumes_half_runs(tmp_path,
     changed = from_dict(CompareConfig, {**base, "arms": {"grpo": ["algo=grpo", "algo.lr=1e-4"]}})
     with pytest.raises(GridConflict, match="--fresh"):
         cell_status(changed, plan_grid(changed)[0])
-    assert cell_status(changed, plan_grid(changed)[0], fresh=True) == "rerun"
+    assert cell_status(changed, plan_grid(changed)[0], replace=True) == "rerun"
 
 
 def test_a_folder_another_trainer_holds_is_left_alone(tmp_path):
     from arborl.train.runlog import RunDir
 
-    cfg = from_dict(CompareConfig, {"base": BARE, "start": "tiny-0.1m", "seeds": [0],
-                                    "arms": {"grpo": []}, "out": str(tmp_path)})  # fmt: skip
+    cfg = from_dict(
+        CompareConfig,
+        {
+            "base": BARE,
+            "start": "tiny-0.1m",
+            "seeds": [0],
+            "arms": {"grpo": []},
+            "out": str(tmp_path),
+        },
+    )
     held = RunDir(tmp_path / "grpo-s0")
     try:
         assert cell_status(cfg, plan_grid(cfg)[0]) == "busy"
