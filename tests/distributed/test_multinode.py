@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,8 @@ from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 from arborl.train.runlog import read_metrics
 
+HEAD, WORKER = {"head_node": 1}, {"worker_node": 1}  # `ray start --resources` of each node
+PINS = ["ray.train_resources={head_node: 0.01}", "ray.rollout_resources={worker_node: 0.01}"]
 TOY = [
     "model.name_or_path=tiny-0.1m",
     "sft.enabled=false",
@@ -37,8 +40,7 @@ TOY = [
     "algo.drop_zero_adv=false",
     "trainer.engine=ray",
     "ray.cpus_per_worker=0.25",
-    "ray.train_resources={head_node: 0.01}",
-    "ray.rollout_resources={worker_node: 0.01}",
+    *PINS,
 ]
 
 
@@ -86,8 +88,8 @@ def _assert_whole_episodes_once(run, num_steps, per_step=4):
 
 @pytest.mark.slow
 def test_train_group_on_the_head_rollout_workers_on_the_second_node(ray_cluster, tmp_path):
-    head = ray_cluster.add_node(num_cpus=1, resources={"head_node": 1})
-    worker = ray_cluster.add_node(num_cpus=1, resources={"worker_node": 1})
+    head = ray_cluster.add_node(num_cpus=1, resources=HEAD)
+    worker = ray_cluster.add_node(num_cpus=1, resources=WORKER)
     proc = _train(ray_cluster, tmp_path, "two", "trainer.total_steps=2",
                   "ray.num_rollout_workers=2")  # fmt: skip
     _finish(proc, tmp_path, "two")
@@ -106,8 +108,8 @@ def test_train_group_on_the_head_rollout_workers_on_the_second_node(ray_cluster,
 
 @pytest.mark.slow
 def test_losing_the_rollout_node_mid_run_re_places_its_workers(ray_cluster, tmp_path):
-    head = ray_cluster.add_node(num_cpus=1, resources={"head_node": 1})
-    worker = ray_cluster.add_node(num_cpus=1, resources={"worker_node": 1})
+    head = ray_cluster.add_node(num_cpus=1, resources=HEAD)
+    worker = ray_cluster.add_node(num_cpus=1, resources=WORKER)
     cfg = load_train_config([
         *TOY, f"ray.address={ray_cluster.address}", f"trainer.output_dir={tmp_path}",
         "trainer.name=loss", "trainer.total_steps=3",
@@ -149,3 +151,13 @@ def test_custom_resources_are_checked_before_any_work(tmp_path):
         RLTrainer(cfg("ray.train_resources={head_node: 0}"))
     with pytest.raises(ConfigError, match="ray.rollout_resources must stay empty"):
         RLTrainer(cfg("ray.placement=colocated", "ray.num_rollout_workers=1"))
+
+
+def test_the_docs_walkthrough_is_what_these_tests_run():
+    doc = (Path(__file__).parents[2] / "docs" / "distributed.md").read_text()
+    walkthrough = doc[doc.index("## Two machines") : doc.index("## Worker priority")]
+    assert f"--num-cpus=1 --resources='{json.dumps(HEAD)}'" in walkthrough
+    assert f"--num-cpus=1 --resources='{json.dumps(WORKER)}'" in walkthrough
+    for setting in ("trainer.engine=ray", "ray.cpus_per_worker=0.25", "ray.num_rollout_workers=2"):
+        assert setting in walkthrough  # TOY's, and the first test's number of workers
+    assert all(f"'{pin}'" in walkthrough for pin in PINS)
