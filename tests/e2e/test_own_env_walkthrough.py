@@ -4,9 +4,10 @@ visible by a `newbie_hanoi-0.1.dist-info` folder (its `arborl.envs` and
 `arborl.env_configs` entry points) on the PYTHONPATH of each command, instead of `pip
 install -e .`, so nothing is installed into the project's environment.
 
-The commands are read from the docs' block, so the docs cannot drift from what runs; each
-gets a few toy-size arguments appended (later flags and keys win), and runs in bash with
-this interpreter's bin folder first on PATH, so `arborl` and `python` are the project's.
+The commands are read from the docs' block (README.md's Quickstart shows the same block,
+checked below), so the docs cannot drift from what runs; each gets a few toy-size
+arguments appended (later flags and keys win) and runs in bash with this interpreter's bin
+folder first on PATH, so `arborl` and `python` are the project's.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import yaml
 
 from tests.envs._hanoi import HANOI_ID, HANOI_SRC, install_hanoi
 
-DOCS = Path(__file__).parents[2] / "docs" / "envs.md"
-HEADING = "### Your own env in 10 minutes"
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs" / "envs.md"
+HEADING = "### Your own env in 10 minutes"  # in docs/envs.md and README.md's Quickstart
 
 # Toy size, appended to the docs' commands: the tiny model, a few demos and steps, short
 # episodes and a 4-task evaluation; no plots, trackers or progress bars.
@@ -44,14 +46,19 @@ TOY = {
 }
 
 
-def walkthrough() -> list[list[str]]:
-    """The docs' walkthrough block, one token list per command (continuations joined,
-    comments dropped)."""
-    text = DOCS.read_text()
-    assert HEADING in text, f"docs/envs.md lost its {HEADING!r} section"
+def walkthrough_block(path: Path) -> str:
+    """The first bash block of `path`'s walkthrough section."""
+    text = path.read_text()
+    assert HEADING in text, f"{path.name} lost its {HEADING!r} section"
     block = re.search(r"```bash\n(.*?)```", text[text.index(HEADING) :], re.S)
-    assert block, f"docs/envs.md's {HEADING!r} section has no bash block"
-    lines = block.group(1).replace("\\\n", " ").splitlines()
+    assert block, f"{path.name}'s {HEADING!r} section has no bash block"
+    return block.group(1)
+
+
+def walkthrough() -> list[list[str]]:
+    """The docs' walkthrough, one token list per command (continuations joined, comments
+    dropped)."""
+    lines = walkthrough_block(DOCS).replace("\\\n", " ").splitlines()
     return [shlex.split(line, comments=True) for line in lines if line.strip()]
 
 
@@ -136,3 +143,7 @@ def test_the_docs_walkthrough_runs_from_a_package_outside_arborl(tmp_path):
     assert summary["before"] == sft["after"]
     assert summary["gain"]["tasks"] == 4
     assert (run / "report.html").exists()
+
+
+def test_the_readme_shows_the_docs_walkthrough():
+    assert walkthrough_block(ROOT / "README.md") == walkthrough_block(DOCS)
