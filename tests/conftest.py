@@ -27,3 +27,76 @@ def wait_for_health():
             time.sleep(0.2)
 
     return wait
+
+
+# --- the standing fault suite ------------------------------------------------------------
+# Tests marked `@pytest.mark.fault("<scenario>", ...)` are the fault scenarios of the
+# reliability reviews (../shared/research/reliability-review-2.md), wherever the code they
+# test lives; `pytest -m fault` runs just them, and every run that includes some ends with
+# "fault suite: N/M scenarios held". docs/security.md, "What we test", lists them.
+FAULT_SCENARIOS = {
+    "kill -9 during a save": "a torn checkpoint is never resumed from; resume is bit-exact",
+    "kill -9 of the trainer": "trainer.resume=auto continues bit-exactly, no step twice",
+    "corrupt newest checkpoint": "skipped with the reason, the older one resumed; no code run",
+    "hanging env": "the call times out, only its episode ends, counted",
+    "raising env": "only its episode ends, counted, never trained on; a budget stops the run",
+    "NaN rewards": "the episode is an env error, never trained on; metrics and report readable",
+    "abandoned client": "a client that hangs up or idles frees the server for the next one",
+    "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no lock",
+    "killed worker": "a kill -9'd worker is replaced and only its own work is redone",
+    "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
+}
+_fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        mark = item.get_closest_marker("fault")
+        if mark is None:
+            continue
+        unknown = [s for s in mark.args if s not in FAULT_SCENARIOS]
+        if not mark.args or unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: fault scenario(s) {unknown or '(none)'} are not in "
+                f"tests/conftest.py FAULT_SCENARIOS {sorted(FAULT_SCENARIOS)}; use one or add it"
+            )
+        # user_properties travel with the reports, also from pytest-xdist workers
+        item.user_properties.append(("fault_scenarios", tuple(mark.args)))
+
+
+def pytest_runtest_logreport(report):
+    scenarios = dict(report.user_properties).get("fault_scenarios")
+    if not scenarios:
+        return
+    _, before = _fault_outcomes.get(report.nodeid, (scenarios, ""))
+    if report.failed:
+        outcome = "failed"
+    elif report.skipped:
+        outcome = before or "skipped"
+    elif report.when == "call":
+        outcome = before or "passed"
+    else:
+        outcome = before
+    _fault_outcomes[report.nodeid] = (tuple(scenarios), outcome)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _fault_outcomes or hasattr(config, "workerinput"):
+        return
+    by_scenario: dict[str, list[str]] = {s: [] for s in FAULT_SCENARIOS}
+    for scenarios, outcome in _fault_outcomes.values():
+        for s in scenarios:
+            by_scenario[s].append(outcome)
+
+    def verdict(outcomes: list[str]) -> str:
+        if "failed" in outcomes:
+            return "FAILED"
+        return "held" if "passed" in outcomes else "not run"
+
+    verdicts = {s: verdict(o) for s, o in by_scenario.items()}
+    held = sum(v == "held" for v in verdicts.values())
+    tr = terminalreporter
+    tr.write_sep("=", f"fault suite: {held}/{len(FAULT_SCENARIOS)} scenarios held")
+    for s, v in verdicts.items():
+        n, ran = sum(o == "passed" for o in by_scenario[s]), len(by_scenario[s])
+        tr.write_line(f"  {v:8} {s:26} {f'{n}/{ran} tests passed' if ran else ''}".rstrip())

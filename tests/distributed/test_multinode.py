@@ -106,6 +106,7 @@ def test_train_group_on_the_head_rollout_workers_on_the_second_node(ray_cluster,
     assert (run / "checkpoints" / "step-2" / "policy" / "model.safetensors").exists()
 
 
+@pytest.mark.fault("node loss")
 @pytest.mark.slow
 def test_losing_the_rollout_node_mid_run_re_places_its_workers(ray_cluster, tmp_path):
     head = ray_cluster.add_node(num_cpus=1, resources=HEAD)

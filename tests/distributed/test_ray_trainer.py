@@ -86,6 +86,7 @@ def _serve_answers(policy_dir, wait_for_health):
         proc.wait(timeout=20)
 
 
+@pytest.mark.fault("killed worker")
 @pytest.mark.slow
 def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
     ray_instance, tmp_path, capsys, wait_for_health

@@ -136,6 +136,7 @@ def test_package_default_mode_is_the_manifest_s(counter_interp):
         pool.close()
 
 
+@pytest.mark.fault("hanging env", "raising env")
 @pytest.mark.parametrize("mode", ["subprocess", "http"])
 def test_failed_call_ends_only_its_episode(counter_interp, mode):
     kw = {"replicas": 1} if mode == "http" else {}
@@ -161,6 +162,7 @@ def test_failed_call_ends_only_its_episode(counter_interp, mode):
         pool.close()
 
 
+@pytest.mark.fault("raising env")
 def test_error_budget_stops_the_run(counter_interp):
     pool = make_pool(COUNTER_ID, 2, mode="subprocess", max_env_errors=1)
     try:
@@ -203,6 +205,7 @@ def test_unknown_mode_and_bad_options():
         make_pool("arborl/Maze-v0", 1, mode="subprocess", timeout_s=0)
 
 
+@pytest.mark.fault("killed worker")
 def test_kill_9_subprocess_worker_mid_episode():
     import os
     import signal

@@ -30,6 +30,7 @@ def _wait(pred, timeout_s: float = 60.0, what: str = "") -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.fault("killed worker")
 @pytest.mark.slow
 def test_kill_9_replica_mid_episode(counter_interp):
     ctx = package_context(COUNTER_ID)

@@ -44,6 +44,7 @@ def post_1s(served_policy):
     yield from _serve(served_policy, max_request_s=1)
 
 
+@pytest.mark.fault("abandoned client")
 def test_a_client_that_disconnects_frees_the_model(post):
     with pytest.raises(httpx.ReadTimeout):  # the client gives up after 2 s and hangs up
         post(BIG, timeout=2)
@@ -54,6 +55,7 @@ def test_a_client_that_disconnects_frees_the_model(post):
     assert waited < 15, f"the next client waited {waited:.1f} s for a request nobody reads"
 
 
+@pytest.mark.fault("abandoned client")
 def test_a_chat_client_that_disconnects_frees_the_model(post):
     chat = {"messages": [{"role": "user", "content": "hi"}], **BIG, "n": 128}
     chat.pop("prompt")
@@ -64,6 +66,7 @@ def test_a_chat_client_that_disconnects_frees_the_model(post):
     assert time.monotonic() - t0 < 15
 
 
+@pytest.mark.fault("abandoned client")
 def test_a_request_over_the_deadline_is_504_naming_the_limit(post_1s):
     t0 = time.monotonic()
     r = post_1s(BIG, timeout=300)

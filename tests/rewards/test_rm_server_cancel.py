@@ -57,6 +57,7 @@ def post_1s(model):
     yield from _serve(model, max_request_s=1)
 
 
+@pytest.mark.fault("abandoned client")
 def test_a_client_that_disconnects_frees_the_model(post):
     with pytest.raises(httpx.ReadTimeout):  # the client gives up after 2 s and hangs up
         post(BIG, timeout=2)
@@ -67,6 +68,7 @@ def test_a_client_that_disconnects_frees_the_model(post):
     assert waited < 10, f"the next client waited {waited:.1f} s for a request nobody reads"
 
 
+@pytest.mark.fault("abandoned client")
 def test_a_request_over_the_deadline_is_504_naming_the_limit(post_1s):
     t0 = time.monotonic()
     r = post_1s(BIG, timeout=600)

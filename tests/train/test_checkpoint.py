@@ -110,6 +110,7 @@ SCORE = [
     [("grpo", []), ("ppo", []), ("grpo", RAY), ("grpo", LORA), ("grpo", SCORE)],
     ids=["grpo", "ppo", "grpo-ray", "grpo-lora", "grpo-score"],
 )
+@pytest.mark.fault("kill -9 of the trainer")
 def test_kill_and_resume_is_bit_exact(algo, engine, tmp_path):
     common = [f"algo={algo}", f"trainer.output_dir={tmp_path}", *engine]
     subprocess.run(
@@ -209,6 +210,7 @@ def test_a_save_writes_a_manifest_of_sizes_and_hashes_last(tmp_path):
     ],
     ids=["random-bytes", "truncated-state", "policy-deleted", "no-manifest", "bad-manifest"],
 )
+@pytest.mark.fault("corrupt newest checkpoint")
 def test_resume_skips_a_damaged_newest_checkpoint_and_says_why(tmp_path, caplog, damage, reason):
     ck = _three(tmp_path)
     damage(ck / "step-3")
@@ -252,6 +254,7 @@ class _Boom:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.fault("corrupt newest checkpoint")
 def test_a_crafted_trainer_state_runs_nothing_even_with_a_matching_manifest(tmp_path):
     ck = _three(tmp_path)
     marker = tmp_path / "PAYLOAD_RAN"
@@ -331,6 +334,7 @@ def test_a_resumed_run_holds_each_step_once_in_metrics_and_tensorboard(tmp_path)
     ]  # fmt: skip
 
 
+@pytest.mark.fault("corrupt newest checkpoint")
 def test_a_run_resumes_from_the_older_checkpoint_when_the_newest_weights_are_damaged(tmp_path):
     from arborl.train.config import load_train_config
     from arborl.train.rl import RLTrainer

@@ -93,6 +93,7 @@ def _trainer(tmp_path, *extra):
     return trainer
 
 
+@pytest.mark.fault("raising env")
 def test_env_errors_are_counted_per_step_and_the_final_step_saved_once(tmp_path, monkeypatch):
     import arborl.train.rl as rl
 
@@ -109,6 +110,7 @@ def test_env_errors_are_counted_per_step_and_the_final_step_saved_once(tmp_path,
     assert "1 episode(s) ended by an env error, left out of the update" in log
 
 
+@pytest.mark.fault("raising env")
 def test_env_error_budget_stops_the_run_with_the_key_to_raise(tmp_path):
     trainer = _trainer(tmp_path, "env.max_env_errors=1")
     with pytest.raises(TrainingAborted, match=r"more than env.max_env_errors=1.*env.timeout_s"):

@@ -22,6 +22,8 @@ from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer, TrainingAborted, batch_rewards, drop_env_errors
 from arborl.train.runlog import read_metrics
 
+pytestmark = pytest.mark.fault("NaN rewards")
+
 NAN, INF = float("nan"), float("inf")
 
 

@@ -19,6 +19,8 @@ import pytest
 from arborl.train.checkpoint import latest_checkpoint
 from arborl.train.runlog import LOCK_FILE, RunDir, RunDirBusy, read_metrics
 
+pytestmark = pytest.mark.fault("duplicate run")
+
 
 def test_a_second_rundir_on_an_open_folder_is_refused_until_the_first_closes(tmp_path):
     first = RunDir(tmp_path / "run")
