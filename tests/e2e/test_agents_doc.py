@@ -9,6 +9,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
 
@@ -16,9 +18,6 @@ def _block(text: str, marker: str) -> str:
     m = re.search(rf"<!-- example: {re.escape(marker)} -->\n```\w+\n(.*?)```", text, re.DOTALL)
     assert m, f"docs/agents.md lost its '{marker}' example block"
     return m.group(1)
-
-
-import pytest
 
 
 @pytest.mark.slow  # a whole `arborl train` run, and the Agents SDK's import (~3 CPU s)
