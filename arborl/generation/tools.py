@@ -90,6 +90,19 @@ def _openai_call(obj: Any, tool_names: set[str]) -> tuple[dict | None, str]:
     return {"id": _call_id(), "type": "function", "function": fn}, ""
 
 
+def check_tools(tools: Any) -> None:
+    """Raise `MessageError` unless `tools` is None or a list of OpenAI function tools."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise MessageError("tools must be a list of {type: function, function: {...}}")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise MessageError(f"tools[{i}] must be {{type: function, function: {{name: str, "
+                               "description, parameters}}}")  # fmt: skip
+
+
 def tool_names(tools: list[dict] | None) -> set[str]:
     """Names of the functions in an OpenAI `tools` list."""
     return {t.get("function", {}).get("name", "") for t in tools or [] if isinstance(t, dict)}
@@ -208,6 +221,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None) 
     generation prompt; raises `MessageError` for messages it cannot take."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         raise MessageError("messages must be a list of objects")
+    check_tools(tools)
     template = getattr(tokenizer, "chat_template", None)
     if supports_tools(template if isinstance(template, str) else None):
         kwargs = {"tools": tools} if tools else {}

@@ -77,6 +77,9 @@ def test_fallback_rendering_puts_tools_calls_and_results_in_the_prompt():
     assert render_chat(tok, plain, None) == tok.apply_chat_template(
         plain, tokenize=False, add_generation_prompt=True
     )
+    for bad in ([{"function": 5}], [{"type": "function", "function": {"name": ""}}], [3]):
+        with pytest.raises(MessageError, match=r"tools\[0\]"):
+            render_chat(tok, plain, bad)
     with pytest.raises(MessageError, match="image_url"):
         render_chat(tok, [{"role": "user", "content": [{"type": "image_url"}]}], None)
 
