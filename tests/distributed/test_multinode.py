@@ -13,12 +13,11 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from arborl.cli.main import main
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 from arborl.train.runlog import read_metrics
@@ -42,27 +41,6 @@ TOY = [
     "ray.cpus_per_worker=0.25",
     *PINS,
 ]
-
-
-def _train(cluster, tmp_path, name, *extra) -> subprocess.Popen:
-    cmd = [
-        sys.executable, "-m", "arborl.cli.main", "train", *TOY, f"ray.address={cluster.address}",
-        f"trainer.output_dir={tmp_path}", f"trainer.name={name}", *extra,
-    ]  # fmt: skip
-    env = {**cluster.env, "OMP_NUM_THREADS": "1"}
-    log = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _finish(proc, tmp_path, name, timeout_s=300) -> None:
-    try:
-        proc.wait(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.stdout and proc.stdout.close()
-    out = (tmp_path / f"{name}.out").read_text()
-    assert proc.returncode == 0, out[-4000:]
 
 
 def _placements(run) -> list[tuple[str, str]]:
@@ -90,9 +68,12 @@ def _assert_whole_episodes_once(run, num_steps, per_step=4):
 def test_train_group_on_the_head_rollout_workers_on_the_second_node(ray_cluster, tmp_path):
     head = ray_cluster.add_node(num_cpus=1, resources=HEAD)
     worker = ray_cluster.add_node(num_cpus=1, resources=WORKER)
-    proc = _train(ray_cluster, tmp_path, "two", "trainer.total_steps=2",
-                  "ray.num_rollout_workers=2")  # fmt: skip
-    _finish(proc, tmp_path, "two")
+    # `arborl train` itself (in this process: one interpreter fewer to start on 2 cores)
+    code = main([
+        "train", *TOY, f"ray.address={ray_cluster.address}", f"trainer.output_dir={tmp_path}",
+        "trainer.name=two", "trainer.total_steps=2", "ray.num_rollout_workers=2",
+    ])  # fmt: skip
+    assert code == 0
     run = tmp_path / "two"
     assert _placements(run) == [
         ("train rank 0", head.node_id),
