@@ -129,7 +129,9 @@ def _free_port() -> int:
 def ray_cluster():
     """An empty `LocalCluster` (add nodes with `add_node`), stopped at teardown. Its temp
     dir is short (Ray's socket paths must fit 107 bytes), not under tmp_path."""
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
+    # A driver already connected elsewhere would be reused by the run (init_ray keeps it)
+    assert not ray.is_initialized(), "Ray is still initialized in this process by another test"
     root = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     cluster = LocalCluster(root)
     try:
