@@ -104,7 +104,7 @@ def test_sessions_are_isolated(tiny_gateway):
 
 def test_session_timeout_and_call_limit(served_policy):
     model, tok = served_policy
-    limits = GatewayLimits(max_calls_per_session=2, max_sessions=2, idle_timeout_s=0.4)
+    limits = GatewayLimits(max_calls_per_session=2, max_sessions=2, idle_timeout_s=30.0)
     with Gateway(HFBackend(model, tok), tok, limits=limits) as gw:
         s = gw.open_session()
         client = _client(s)
@@ -119,7 +119,11 @@ def test_session_timeout_and_call_limit(served_policy):
         with pytest.raises(openai.APIStatusError) as e:
             _client(short).chat.completions.create(model="policy", messages=HI, max_tokens=2)
         assert e.value.status_code == 410 and "timeout" in e.value.message
-        assert gw.session(s.id).closed == "idle" and gw.close_session(short.id) == []
+        assert gw.close_session(short.id) == []
+        gw.session(s.id).last_used -= 60  # as if idle for a minute (no sleep in a test)
+        with pytest.raises(openai.APIStatusError) as e:
+            client.chat.completions.create(model="policy", messages=HI, max_tokens=2)
+        assert e.value.status_code == 410 and "idle" in e.value.message
         assert len(gw.close_session(s.id)) == 2  # what it made before going idle is kept
 
 

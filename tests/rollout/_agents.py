@@ -37,7 +37,7 @@ def mixed_agent(task: dict, base_url: str, api_key: str):
     if kind == 1:
         raise RuntimeError("the agent's tool broke")
     if kind == 2:
-        time.sleep(20)  # past timeout_s; its thread is abandoned
+        time.sleep(60)  # past timeout_s; its thread is abandoned
         _ask(client, "too late", tokens=2)  # the session is closed by now: 410
     if kind == 3:
         return None
@@ -54,7 +54,7 @@ async def async_agent(task: dict, base_url: str, api_key: str) -> float:
     msgs = [{"role": "user", "content": task["observation"][:40]}]
     r = await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=4)
     if task["episode"] == 1:
-        await asyncio.sleep(20)
+        await asyncio.sleep(60)
     return float(len(r.choices[0].message.content) % 2 == 0)
 
 

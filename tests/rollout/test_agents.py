@@ -66,7 +66,7 @@ def test_failures_end_only_their_own_episode(policy):
     cfg = AgentProgramConfig(fn="tests.rollout._agents:mixed_agent", timeout_s=2.0)
     t0 = time.monotonic()
     res = _rollout(policy, cfg, 3)  # episodes 0..5: fine, crash, hang, none, answer, dict
-    assert time.monotonic() - t0 < 15  # the hang cost its deadline, not 20 s
+    assert time.monotonic() - t0 < 40  # the hang cost its deadline (2 s), not its 60 s
     why = [t.meta["truncation_reason"] for t in res.trajectories]
     assert why == ["", "env_error", "env_error", "env_error", "", ""]
     assert "the agent's tool broke" in res.trajectories[1].meta["env_error"]
