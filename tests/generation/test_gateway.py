@@ -5,9 +5,6 @@ with the official `openai` client."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import httpx
@@ -166,33 +163,28 @@ def test_standalone_records_to_files(tmp_path, served_policy):
     assert files[odd][0]["session"] == "ep/2"
 
 
-@pytest.mark.slow  # a fresh interpreter imports torch and transformers: ~8 CPU s
-def test_arborl_serve_record_cli(tmp_path):
-    """`arborl serve --record DIR`: the standalone gateway as a command, with a key."""
-    from tests.serving._openapi_fuzz import free_port
+def test_arborl_serve_record_command(tmp_path, monkeypatch):
+    """`arborl serve --record DIR` builds the standalone gateway with the command's key and
+    limits (its app is taken from `uvicorn.run` and served here, so no new interpreter)."""
+    import uvicorn
 
-    port = free_port()
-    cmd = [sys.executable, "-m", "arborl.cli.main", "serve", "tiny-0.1m", "--port", str(port),
-           "--record", str(tmp_path / "calls")]  # fmt: skip
-    env = {**os.environ, "ARBORL_API_KEY": "k"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    try:
-        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
+    from arborl.cli.main import build_parser
+    from tests.serving._openapi_fuzz import serve_in_thread
+
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append((app, kw)))
+    monkeypatch.setenv("ARBORL_API_KEY", "k")
+    argv = ["serve", "tiny-0.1m", "--record", str(tmp_path / "calls"), "--max-tokens", "8"]
+    args = build_parser("serve").parse_args(argv)
+    assert args.func(args) == 0
+    ((app, kw),) = apps
+    assert kw["host"] == "127.0.0.1"
+    with serve_in_thread(app) as url:
         client = openai.OpenAI(base_url=f"{url}/s/run-1/v1", api_key="k", max_retries=0)
         client.chat.completions.create(model="tiny-0.1m", messages=HI, max_tokens=3)
+        with pytest.raises(openai.BadRequestError, match="limit of 8"):
+            client.chat.completions.create(model="tiny-0.1m", messages=HI, max_tokens=9)
         assert httpx.get(f"{url}/v1/models").status_code == 401  # the key is required
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        proc.stderr.close()
-    (record,) = [
-        json.loads(x) for x in (tmp_path / "calls" / "run-1.jsonl").read_text().splitlines()
-    ]
+    lines = (tmp_path / "calls" / "run-1.jsonl").read_text().splitlines()
+    (record,) = [json.loads(x) for x in lines]
     assert record["session"] == "run-1" and record["prompt_ids"][0]
