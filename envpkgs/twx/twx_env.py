@@ -1,9 +1,13 @@
-"""TextWorld-Express as arborl envs: one class per game family, one JVM per env object.
+"""TextWorld-Express as arborl envs: one class per game family, one JVM per process.
 
 TextWorld-Express generates each game from (family, parameters, seed, fold); its folds
 `train`/`dev`/`test` hold disjoint seeds (arborl's `val` is `dev`), so a split is a fold
-and a task is a seed of it. The JVM starts once per env object (0.6 s) and is reused
-across resets (2 ms each).
+and a task is a seed of it. `TextWorldExpressEnv` starts a JVM per object (0.6 s, ~100 MB);
+a game only needs its own `PythonInterface` object inside a JVM, so every env object of a
+worker process shares that process's one JVM (`_open_game`), and a worker holding 64 envs
+runs one JVM, not 64. A reset reloads the game family only when it changes (a reload is
+~70 ms, a reset of a loaded family 2-3 ms), and the folds' seed lists (the same for every
+family, 300 ms to fetch) are fetched once per process.
 
 Protocol: `available_actions` are the game's `validActions`, sorted (the game's order is
 unstable); an action outside them is `valid_action=False`; `won` is `tasksuccess`, and the
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 
 from textworld_express import TextWorldExpressEnv
 
@@ -29,9 +34,40 @@ JVM_OPTIONS = "-Xmx256m -XX:+UseSerialGC"
 """The heap cap per worker: the JVM's default (a quarter of RAM) adds up across workers."""
 
 
-def _start_jvm(step_limit: int) -> TextWorldExpressEnv:
-    os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_OPTIONS)
-    return TextWorldExpressEnv(envStepLimit=step_limit)
+_HOST: list[TextWorldExpressEnv] = []
+"""The TextWorldExpressEnv that started this process's JVM (never handed to an env)."""
+_SEEDS: dict[str, list[int]] = {}
+"""Fold -> its valid seeds (fetched once per process)."""
+
+
+class _Game(TextWorldExpressEnv):
+    """A TextWorldExpressEnv on the shared JVM: its own game (`server`), the host's gateway.
+    Closing it leaves the JVM running for the others."""
+
+    def close(self) -> None:
+        self.server = None
+
+    def __del__(self) -> None:
+        pass
+
+
+def _open_game(step_limit: int) -> TextWorldExpressEnv:
+    """A new game on this process's JVM, started with the first (or again if it died)."""
+    if not _HOST or _HOST[0]._gateway.java_process.poll() is not None:
+        os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_OPTIONS)
+        _HOST[:] = [TextWorldExpressEnv(envStepLimit=step_limit)]
+    game = _Game.__new__(_Game)
+    game.__dict__.update(_HOST[0].__dict__)  # the gateway and the library's defaults
+    game.server = game._gateway.jvm.textworldexpress.runtime.PythonInterface()
+    game._obj_tree_tempfile = tempfile.NamedTemporaryFile()
+    game.runHistory, game.envStepLimit = [], step_limit
+    return game
+
+
+def _jvm_alive(game: TextWorldExpressEnv | None) -> bool:
+    if game is None or game.server is None:
+        return False
+    return game._gateway.java_process.poll() is None
 
 
 class TWXEnv(ReplaySnapshot, TextEnv):
@@ -47,18 +83,21 @@ class TWXEnv(ReplaySnapshot, TextEnv):
             raise ValueError(f"split={split!r} is not a TextWorld-Express fold; use {list(FOLDS)}")
         super().__init__("train", max_turns)  # TextEnv checks generic names only
         self.split = split
-        self._jvm = _start_jvm(10_000)  # arborl's turn limit ends episodes, not the game's
+        self._jvm = _open_game(10_000)  # arborl's turn limit ends episodes, not the game's
+        self._loaded: tuple[str, str] | None = None  # the (game, params) self._jvm holds
         self.score, self.valid_actions, self.success, self.tree_digest = 0.0, [], False, ""
         self.gold: list[str] = []
 
     def _seeds(self, split: str) -> list[int]:
         fold = FOLDS[split]
-        getter = {
-            "train": "getValidSeedsTrain",
-            "dev": "getValidSeedsDev",
-            "test": "getValidSeedsTest",
-        }
-        return list(getattr(self._jvm, getter[fold])())
+        if fold not in _SEEDS:
+            getter = {
+                "train": "getValidSeedsTrain",
+                "dev": "getValidSeedsDev",
+                "test": "getValidSeedsTest",
+            }
+            _SEEDS[fold] = list(getattr(self._jvm, getter[fold])())
+        return _SEEDS[fold]
 
     def _sample_task(self, rng, split: str) -> dict:
         if split not in FOLDS:
@@ -71,10 +110,14 @@ class TWXEnv(ReplaySnapshot, TextEnv):
         return f"{task['game']}/{task['fold']}/{task['seed']}"
 
     def _start(self, task: dict) -> str:
+        if not _jvm_alive(self._jvm):  # the JVM died: a new game on a new one
+            self._jvm, self._loaded = _open_game(10_000), None
+        family = (task["game"], task["params"])
+        load = {} if self._loaded == family else {"gameName": family[0], "gameParams": family[1]}
         obs, infos = self._jvm.reset(
-            seed=task["seed"], gameFold=task["fold"], gameName=task["game"],
-            gameParams=task["params"], generateGoldPath=True,
-        )  # fmt: skip
+            seed=task["seed"], gameFold=task["fold"], generateGoldPath=True, **load
+        )
+        self._loaded = family
         self.gold = list(self._jvm.getGoldActionSequence())
         self._absorb(infos)
         return obs.strip()

@@ -52,6 +52,32 @@ print(json.dumps({"wins": wins, "folds": folds, "overlap": overlap, "replay": a[
 """.replace("FAMILIES", repr(FAMILIES))
 
 
+SHARED = """
+import json
+import twx_env as t
+def first(env):
+    return env._available_actions()[-1]  # a fixed choice (the gold path may vary by run)
+def play(env, seed, n=4):
+    out = [env.reset(seed=seed)[0]]
+    for _ in range(n):
+        out.append(env.step(first(env))[0])
+    return out
+a, b, c = t.CoinCollectorEnv(), t.CoinCollectorEnv(), t.CookingWorldEnv()
+starts = [a.reset(seed=3)[0], b.reset(seed=5)[0], c.reset(seed=7)[0]]
+steps = [[e.step(first(e))[0] for e in (a, b, c)] for _ in range(4)]
+interleaved = [[starts[k]] + [s[k] for s in steps] for k in range(3)]
+one_jvm = len({id(e._jvm._gateway) for e in (a, b, c)}) == 1
+a.close()
+alone = [play(b, 3), play(b, 5), play(c, 7)]  # b outlives a's close: the JVM is shared
+print(json.dumps({"one_jvm": one_jvm, "same": interleaved == alone}))
+"""
+
+
+def test_env_objects_of_a_process_share_one_jvm_and_stay_independent(twx):
+    r = run_probe(twx, SHARED)
+    assert r == {"one_jvm": True, "same": True}
+
+
 @pytest.fixture
 def twx(monkeypatch):
     return set_up("twx", monkeypatch)
