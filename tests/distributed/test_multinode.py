@@ -5,8 +5,10 @@ Both nodes run on this machine, but as Ray runs them on two: each is its own `ra
 address; these are the commands of docs/distributed.md, "Two machines". The train group
 is pinned to the head (`ray.train_resources={head_node: ...}`), the rollout workers to the
 second node, and the run log says where each actor ran. Then the second node is killed
-(its raylet, kill -9) mid-run: its rollout workers are re-placed on the head, their lost
-share is re-run, and the run finishes with every step's episodes whole and once.
+at the end of RL step 1 (its raylet, then every process it ran, kill -9): its rollout
+worker is re-placed on the head, step 2's lost share is re-run, and the run finishes with
+every step's episodes whole and once. Each test took 1.5-2 min on 2 cores shared at load
+~9 (mostly 6-7 processes importing torch), so both are marked slow.
 """
 
 import json
