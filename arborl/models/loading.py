@@ -4,7 +4,7 @@ Presets are the default everywhere in arborl (tests, laptop runs): a `ModelPrese
 handful of sizes turned into a Llama/Qwen2 config around one of two offline tokenizers,
 arborl's character tokenizer (`tiny-*`) or GPT-2's byte-level BPE with a ChatML template
 (`bpe-tiny-*`: real BPE behaviour, where decoded text does not re-encode to the sampled
-ids). Weight init is seeded inside `torch.random.fork_rng`, so the same seed gives the same
+ids), or a small BPE learned from the env packages' text (`envbpe-tiny-*`: short prompts). Weight init is seeded inside `torch.random.fork_rng`, so the same seed gives the same
 weights without touching the caller's global RNG state.
 """
 
@@ -41,6 +41,7 @@ PRESET_TOKENIZERS: Registry = Registry("ModelPreset.tokenizer", error=ValueError
 """Tokenizer kinds a preset is built around: `build(extra_tokens=...) -> tokenizer`."""
 PRESET_TOKENIZERS.register("char", "arborl.models.tokenizer:build_char_tokenizer")
 PRESET_TOKENIZERS.register("gpt2-bpe", "arborl.models.bpe:build_gpt2_bpe_tokenizer")
+PRESET_TOKENIZERS.register("env-bpe", "arborl.models.env_bpe:build_env_bpe_tokenizer")
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,10 @@ class ModelPreset:
     """Longest sequence (prompt + generation) the model accepts."""
     tokenizer: str = "char"
     """The tokenizer, a name of `PRESET_TOKENIZERS`: "char" (arborl's character tokenizer,
-    ~110 ids, `<|user|>...<|end|>` turns) or "gpt2-bpe" (GPT-2's byte-level BPE, 50,259 ids
-    with the ChatML specials, `<|im_start|>user...<|im_end|>` turns; `arborl.models.bpe`)."""
+    ~110 ids, `<|user|>...<|end|>` turns), "gpt2-bpe" (GPT-2's byte-level BPE, 50,259 ids
+    with the ChatML specials, `<|im_start|>user...<|im_end|>` turns; `arborl.models.bpe`) or
+    "env-bpe" (a 1,585-id byte-level BPE learned from the env packages' text, the char
+    tokenizer's turns; `arborl.models.env_bpe`)."""
 
     def __post_init__(self) -> None:
         PRESET_TOKENIZERS.get(self.tokenizer)  # an unknown kind fails here, listing the known
@@ -101,9 +104,14 @@ MODEL_PRESETS: dict[str, ModelPreset] = {
     # The same bodies over GPT-2's BPE: the 50,259-row (tied) embedding adds 3.2M / 6.4M.
     "bpe-tiny-0.1m": ModelPreset("llama", 64, 2, 4, 2, 256, tokenizer="gpt2-bpe"),
     "bpe-tiny-1m": ModelPreset("llama", 128, 4, 4, 2, 512, tokenizer="gpt2-bpe"),
+    # For the real-benchmark packages: their words are single tokens, a BabyAI view is
+    # ~40-60 tokens instead of ~250 characters, and the embedding stays small (+0.1M / 0.2M).
+    "envbpe-tiny-0.1m": ModelPreset("llama", 64, 2, 4, 2, 256, tokenizer="env-bpe"),
+    "envbpe-tiny-1m": ModelPreset("llama", 128, 4, 4, 2, 512, tokenizer="env-bpe"),
 }
 """Preset name -> sizes and tokenizer. The name gives the body's size (attention and MLP
-weights); `tiny-*` use the char tokenizer, `bpe-tiny-*` GPT-2's BPE."""
+weights); `tiny-*` use the char tokenizer, `bpe-tiny-*` GPT-2's BPE, `envbpe-tiny-*` the
+env packages' BPE."""
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -30,8 +30,9 @@ class ModelConfig:
 
     name_or_path: str = "tiny-1m"
     """A tiny preset (char tokenizer: tiny-0.1m, tiny-1m, qwen-tiny-1m, tiny-20m; GPT-2's
-    byte-level BPE + ChatML: bpe-tiny-0.1m, bpe-tiny-1m), a pretrained name
-    (smollm2-135m-instruct) or a local HF checkpoint dir."""
+    byte-level BPE + ChatML: bpe-tiny-0.1m, bpe-tiny-1m; a BPE learned from the env
+    packages' text, prompts of tens of tokens: envbpe-tiny-0.1m, envbpe-tiny-1m), a
+    pretrained name (smollm2-135m-instruct) or a local HF checkpoint dir."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype. "bfloat16" is mixed precision: weights, gradients and optimizer states
     stay float32, and every forward and backward (generation, scoring, SFT, the RL update)

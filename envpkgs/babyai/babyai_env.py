@@ -5,7 +5,8 @@ registers (`LEVELS`); the manifest registers each as `babyai/<Name>-vN` with the
 its kwargs (`babyai_levels.py manifest` writes those entries).
 
 The observation is the mission plus arborl's language view of the egocentric window
-(`babyai_text.describe`). Actions are six fixed phrases (`available_actions`); anything
+(`babyai_text.describe`; `view="compact"`: the same facts in about half the words,
+`babyai_text.describe_compact`, for small models). Actions are six fixed phrases (`available_actions`); anything
 else is `valid_action=False` and changes nothing. `won` is minigrid's success (a positive
 reward at termination), rewarded 1. The level's own step limit is lifted: arborl's turn
 limit ends episodes. The simulator is plain Python, so snapshots are exact deep copies
@@ -20,7 +21,7 @@ import io
 
 import gymnasium as gym
 import minigrid  # noqa: F401 - registers the BabyAI-* ids
-from babyai_text import describe
+from babyai_text import describe, describe_compact
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from arborl.envs.base import TextEnv
@@ -34,6 +35,8 @@ SEED_RANGES = {
     "test": (2 * 10**9, 2 * 10**9 + 10**6),
 }
 """Disjoint task-seed ranges per split."""
+VIEWS = ("text", "compact")
+"""The observation views (`BabyAIEnv(view=...)`)."""
 
 
 LEVELS = tuple(k for k in gym.registry if k.startswith("BabyAI-"))
@@ -63,8 +66,12 @@ class BabyAIEnv(TextEnv):
     _state_attrs = ("world", "success")
 
     def __init__(self, split: str = "train", max_turns: int | None = None,
-                 level: str | None = None) -> None:  # fmt: skip
+                 level: str | None = None, view: str = "text") -> None:  # fmt: skip
+        """`view`: "text" (sentences) or "compact" (the same facts, fewer tokens)."""
         level = level or type(self).level
+        if view not in VIEWS:
+            raise ValueError(f"view={view!r} is not a BabyAI view; use one of {sorted(VIEWS)}")
+        self.view = view
         if level not in LEVELS:
             raise ValueError(
                 f"level={level!r} is not a BabyAI level of minigrid; use one of "
@@ -100,6 +107,8 @@ class BabyAIEnv(TextEnv):
     def _view(self, obs) -> str:
         carrying = self.world.carrying
         held = f"a {carrying.color} {carrying.type}" if carrying is not None else None
+        if self.view == "compact":
+            return f"{obs['mission']}\n{describe_compact(obs['image'], held)}"
         return f"Mission: {obs['mission']}\n{describe(obs['image'], held)}"
 
     def _act(self, action: str):

@@ -62,7 +62,7 @@ def test_bpe_preset_weights_depend_only_on_the_seed_and_extra_tokens_are_added()
 def test_unknown_tokenizer_kind_names_the_field_and_the_kinds():
     from arborl.models import ModelPreset
 
-    with pytest.raises(ValueError, match=r"ModelPreset\.tokenizer='spm'.*char, gpt2-bpe"):
+    with pytest.raises(ValueError, match=r"ModelPreset\.tokenizer='spm'.*char, env-bpe, gpt2-bpe"):
         ModelPreset("llama", 64, 2, 4, 2, 256, tokenizer="spm")
 
 

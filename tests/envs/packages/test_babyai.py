@@ -158,3 +158,38 @@ def test_the_text_view_names_what_the_levels_show(babyai):
 )
 def test_check_env_on_a_sample_of_levels(babyai, env_id, capsys):
     assert_checks_through_pool(env_id, "subprocess", capsys)
+
+
+COMPACT_PROBE = """
+import json
+import babyai_env as b
+pairs = []
+for level in ("BabyAI-GoToLocal-v0", "BabyAI-UnlockPickup-v0", "BabyAI-KeyInBox-v0"):
+    text, compact = (b.BabyAIEnv(split="test", level=level, view=v) for v in ("text", "compact"))
+    for s in range(3):
+        pairs.append((text.reset(seed=s)[0], compact.reset(seed=s)[0]))
+        for a in ("turn left", "move forward", "pick up", "move forward", "toggle", "fly"):
+            t, c = text.step(a), compact.step(a)
+            pairs.append((t[0], c[0]))
+            assert (t[1:4], t[4]["anchor"]) == (c[1:4], c[4]["anchor"])  # same state
+try:
+    b.BabyAIEnv(view="ascii")
+    error = ""
+except ValueError as e:
+    error = str(e)
+print(json.dumps({"pairs": pairs, "error": error}))
+"""
+
+
+def test_the_compact_view_says_the_same_in_fewer_words(babyai):
+    r = run_probe(babyai, COMPACT_PROBE)
+    assert "view='ascii' is not a BabyAI view" in r["error"]
+    for text, compact in r["pairs"]:
+        mission = text.split("\n")[0].removeprefix("Mission: ")
+        if text.startswith("Unknown action"):
+            continue
+        assert compact.split("\n")[0] == mission and len(compact) < 0.75 * len(text)
+        assert ("wall right in front" in text) == ("ahead: wall" in compact)
+        assert ("carrying nothing" in text) == ("holding: nothing" in compact)
+        for word in ("closed", "locked", "open", "box", "key", "ball", "door"):
+            assert text.count(f" {word}") == compact.count(word), (word, text, compact)
