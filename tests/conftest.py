@@ -49,6 +49,12 @@ FAULT_SCENARIOS = {
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 
 
+@pytest.fixture
+def fault_scenarios() -> dict[str, str]:
+    """The fault suite's scenarios: name -> what must hold."""
+    return dict(FAULT_SCENARIOS)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         mark = item.get_closest_marker("fault")
