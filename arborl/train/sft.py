@@ -17,7 +17,7 @@ import torch
 
 from arborl.agent import AgentConfig, build_prompt, encode_text, instruction_text, make_memory
 from arborl.data import Trajectory
-from arborl.models.scoring import token_logprobs
+from arborl.models.scoring import position_ids_from_mask
 from arborl.rollout import OraclePolicy, draw_seeds, run_episodes_with_policy
 from arborl.train.build import lr_lambda, pool_options
 
@@ -90,11 +90,38 @@ def collate(examples: list[SFTExample], pad_id: int) -> dict[str, torch.Tensor]:
 
 def sft_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over response tokens, and token accuracy-free stats."""
-    logp = token_logprobs(model, batch["input_ids"], batch["attention_mask"])  # (B, T-1)
-    mask = batch["loss_mask"]
+    logp, mask = response_logprobs(model, batch)  # (B, R), (B, R)
     n = mask.sum().clamp(min=1.0)
     loss = -(logp * mask).sum() / n
     return loss, {"sft/loss": float(loss.detach()), "sft/tokens": float(n)}
+
+
+def response_logprobs(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, R) log-probabilities of the last R target positions and their (B, R) loss mask,
+    R being the longest response. The LM head runs on those R positions only: with a
+    small body and a BPE vocabulary the head over every prompt position was ~40% of an SFT
+    step, for targets that are masked out. `collate`'s rows are right-padded; each is
+    rolled to end at the last column first (left padding: positions and attention are
+    those of the real tokens, so the numbers are the same up to float rounding)."""
+    ids, attn, loss_mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+    num_cols = ids.shape[1]
+    shifts = (num_cols - attn.sum(-1)).tolist()  # (B,) pads at each row's end
+    ids = torch.stack([row.roll(s) for row, s in zip(ids, shifts)])  # (B, T) left-padded
+    attn = torch.stack([row.roll(s) for row, s in zip(attn, shifts)])
+    # loss_mask[t] marks target t+1; real targets never wrap (t + s <= T - 2)
+    loss_mask = torch.stack([row.roll(s) for row, s in zip(loss_mask, shifts)])  # (B, T-1)
+    width = int(batch["loss_mask"].sum(-1).max().clamp(min=1))  # R
+    out = model(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=position_ids_from_mask(attn),
+        use_cache=False,
+        logits_to_keep=width + 1,
+    )
+    logits = out.logits[:, :-1].float()  # (B, R, V): the positions predicting the last R tokens
+    targets = ids[:, num_cols - width :]  # (B, R)
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1), loss_mask[:, num_cols - 1 - width :]
 
 
 def run_sft(

@@ -3,6 +3,7 @@ mask covers the response and its end token only; a few steps on oracle demos low
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from arborl.agent import AgentConfig, encode_text
@@ -113,3 +114,26 @@ def test_oracle_demos_run_in_env_pool_mode_with_the_pool_options(pool_mode_spy):
     [(mode, kw)] = pool_mode_spy
     assert mode == "subprocess" and kw["timeout_s"] == 9.0 and kw["split"] == "train"
     assert kw["short_actions"] is True  # env.kwargs still reach the env
+
+
+@pytest.mark.parametrize("preset", ["tiny-0.1m", "envbpe-tiny-0.1m"])
+def test_sft_loss_scores_only_responses_and_equals_the_full_scoring(preset):
+    """The LM head runs on the response positions only; loss and gradients are those of
+    scoring every position with `token_logprobs` and masking (rows of mixed lengths)."""
+    from arborl.models.scoring import token_logprobs
+    from arborl.train.sft import SFTExample
+
+    model, tok = load_policy(preset)
+    eos = tok.eos_token_id
+    ex = [SFTExample([5, 6, 7, 9, 11, 12], [8, 9, eos]), SFTExample([5], [8, eos]),
+          SFTExample([7, 7], [eos]), SFTExample(list(range(20, 44)), [30, 31, 32, 33, eos])]  # fmt: skip
+    b = collate(ex, pad_id=tok.pad_token_id)
+    loss, stats = sft_loss(model, b)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    logp = token_logprobs(model, b["input_ids"], b["attention_mask"])
+    full = -(logp * b["loss_mask"]).sum() / b["loss_mask"].sum()
+    full_grads = torch.autograd.grad(full, list(model.parameters()))
+    assert stats["sft/tokens"] == 3 + 2 + 1 + 5
+    torch.testing.assert_close(loss, full, rtol=1e-6, atol=1e-6)
+    for g, f in zip(grads, full_grads):
+        torch.testing.assert_close(g, f, rtol=1e-4, atol=1e-6)
