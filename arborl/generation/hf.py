@@ -176,6 +176,10 @@ def _make_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
 
 MAX_ENCODED_BYTES = 256 * 2**20
 """Remembered prompt keys and values an `HFBackend` keeps before it starts afresh."""
+ENCODE_CHUNK_TOKENS = 4096
+"""Padded prompt tokens per forward when prompts are encoded: they go in length order, in
+chunks, so a short prompt is padded to its neighbours' length, not the batch's longest (one
+forward over a BabyAI turn padded 35-token views to 110, half of it pads)."""
 
 
 @dataclass
@@ -380,8 +384,17 @@ class HFBackend:
         return ids.to(self.device), mask.to(self.device)
 
     def _encode_prompts(self, prompts: list[tuple[int, ...]]) -> None:
-        """Encode `prompts` (left-padded together) and remember each one's keys, values
-        (real positions only) and last logits in `self._encoded`."""
+        """Encode `prompts` and remember each one's keys, values (real positions only) and
+        last logits in `self._encoded`: in length order, in left-padded chunks of at most
+        `ENCODE_CHUNK_TOKENS` padded tokens (a longer prompt gets a chunk of its own)."""
+        ordered = sorted(prompts, key=len)
+        start = 0
+        for end in range(1, len(ordered) + 1):
+            if end == len(ordered) or (end + 1 - start) * len(ordered[end]) > ENCODE_CHUNK_TOKENS:
+                self._encode_chunk(ordered[start:end])
+                start = end
+
+    def _encode_chunk(self, prompts: list[tuple[int, ...]]) -> None:
         width = max(map(len, prompts))
         ids, mask = self._left_padded(prompts, width)
         cache = DynamicCache(config=self.model.config)

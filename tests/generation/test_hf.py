@@ -279,3 +279,33 @@ def test_prompt_encodings_are_remembered_until_the_weights_change(monkeypatch):
             torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
         )
     assert any(a.logprobs != c.logprobs for a, c in zip(first, changed))
+
+
+def test_prompts_are_encoded_in_length_ordered_chunks(monkeypatch):
+    """Distinct prompts are encoded shortest first, in forwards of at most
+    ENCODE_CHUNK_TOKENS padded tokens, so short prompts are not padded to the longest;
+    the completions are those of encoding them all in one forward."""
+    import arborl.generation.hf as hf
+
+    model, tok = load_policy("tiny-0.1m", seed=0)
+    model.eval()
+    prompts = [tok.encode("x" * n, add_special_tokens=False) for n in (40, 3, 9, 41, 4, 38)]
+    greedy = SamplingParams(max_new_tokens=5, temperature=0)
+    whole = HFBackend(model, tok).generate(prompts, greedy)
+    shapes = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            shapes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    monkeypatch.setattr(hf, "ENCODE_CHUNK_TOKENS", 3 * 41)
+    chunked = HFBackend(model, tok).generate(prompts, greedy)
+    assert shapes == [(3, 9), (3, 41)]  # 3, 4, 9 tokens; then 38, 40, 41
+    for a, b in zip(whole, chunked):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(
+            torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0
+        )
