@@ -10,13 +10,16 @@ The observation is the mission plus arborl's language view of the egocentric win
 else is `valid_action=False` and changes nothing. `won` is minigrid's success (a positive
 reward at termination), rewarded 1. The level's own step limit is lifted: arborl's turn
 limit ends episodes. The simulator is plain Python, so snapshots are exact deep copies
-(`TextEnv`'s), no replay; `anchor` is minigrid's state hash (grid, agent, carried object).
+(`TextEnv`'s), no replay; `anchor` is minigrid's state hash (grid, agent position and
+direction), with the grid's part computed again only after an action that can change the
+grid (pick up, drop, toggle): minigrid encodes the whole grid at every call, ~20% of a step.
 A split is a disjoint seed range (BabyAI has no official split: levels are procedural).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 
 import gymnasium as gym
@@ -29,6 +32,8 @@ from arborl.envs.base import TextEnv
 ACTIONS = {"turn left": 0, "turn right": 1, "move forward": 2, "pick up": 3, "drop": 4,
            "toggle": 5}  # fmt: skip
 """Text action -> minigrid action index (minigrid's `done`, 6, is unused by BabyAI)."""
+GRID_ACTIONS = {3, 4, 5}
+"""The actions that can change the grid (pick up, drop, toggle); moving and turning do not."""
 SEED_RANGES = {
     "train": (0, 10**9),
     "val": (10**9, 10**9 + 10**6),
@@ -85,6 +90,7 @@ class BabyAIEnv(TextEnv):
         self.world = None
         self.success = False
         self._bot = None
+        self._grid_text: str | None = None  # str(world.grid.encode().tolist()), for _anchor
 
     def _sample_task(self, rng, split: str) -> dict:
         lo, hi = SEED_RANGES[split]
@@ -98,7 +104,7 @@ class BabyAIEnv(TextEnv):
         with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints its rejections
             obs, _ = self.world.reset(seed=task["seed"])
         self.world.max_steps = 10**9  # arborl's turn limit ends the episode
-        self.success, self._bot = False, None
+        self.success, self._bot, self._grid_text = False, None, None
         return self._view(obs)
 
     def _instruction(self, task: dict) -> str:
@@ -117,11 +123,19 @@ class BabyAIEnv(TextEnv):
             obs = self.world.gen_obs()
             return f"Unknown action {action[:30]!r}. " + self._view(obs), 0.0, False, False
         obs, reward, terminated, _, _ = self.world.step(ACTIONS[key])
+        if ACTIONS[key] in GRID_ACTIONS:
+            self._grid_text = None
         self.success = bool(terminated and reward > 0)
         return self._view(obs), float(self.success), bool(terminated), True
 
     def _anchor(self):
-        return self.world.hash()
+        """`self.world.hash()`, with the grid's encoding kept while the grid stays."""
+        if self._grid_text is None:
+            self._grid_text = str(self.world.grid.encode().tolist())
+        digest = hashlib.sha256()
+        for item in (self._grid_text, self.world.agent_pos, self.world.agent_dir):
+            digest.update(str(item).encode("utf8"))
+        return digest.hexdigest()[:16]
 
     def _won(self) -> bool:
         return self.success
@@ -131,7 +145,7 @@ class BabyAIEnv(TextEnv):
 
     def restore(self, state) -> None:
         super().restore(state)
-        self._bot = None  # the bot's plan belongs to the state it saw
+        self._bot, self._grid_text = None, None  # both belong to the state they saw
 
     def oracle_action(self) -> str:
         """The BabyAI bot's action (it replans from the true state every step). The bot

@@ -193,3 +193,35 @@ def test_the_compact_view_says_the_same_in_fewer_words(babyai):
         assert ("carrying nothing" in text) == ("holding: nothing" in compact)
         for word in ("closed", "locked", "open", "box", "key", "ball", "door"):
             assert text.count(f" {word}") == compact.count(word), (word, text, compact)
+
+
+ANCHOR_PROBE = """
+import json, random
+import babyai_env as b
+steps, wrong = 0, []
+for level in ("BabyAI-GoToLocal-v0", "BabyAI-UnlockPickup-v0", "BabyAI-PutNextLocal-v0",
+              "BabyAI-KeyInBox-v0"):
+    env, rng = b.BabyAIEnv(level=level), random.Random(1)
+    for s in range(5):
+        _, info = env.reset(seed=s)
+        wrong += [] if info["anchor"] == env.world.hash() else [(level, s, "reset")]
+        for t in range(50):
+            if t == 20:  # a restore after a grid change brings the old grid back
+                snap = env.snapshot()
+                env.step("pick up")
+                env.restore(snap)
+            a = env.oracle_action() if rng.random() < 0.5 else rng.choice([*b.ACTIONS, "fly"])
+            _, _, term, _, info = env.step(a)
+            steps += 1
+            wrong += [] if info["anchor"] == env.world.hash() else [(level, s, t, a)]
+            if term:
+                break
+print(json.dumps({"steps": steps, "wrong": wrong}))
+"""
+
+
+def test_the_anchor_is_minigrid_s_state_hash(babyai):
+    """The grid's encoding is kept between grid-changing actions; the anchor stays
+    `world.hash()` through pickups, drops, toggles, invalid actions and restores."""
+    r = run_probe(babyai, ANCHOR_PROBE)
+    assert r["wrong"] == [] and r["steps"] > 400
