@@ -11,8 +11,9 @@ and a small model only has to shift a K-way choice.
 
 One call scores every live episode's candidates: episodes in the same state (same prompt
 and action list: a GRPO group early on) are scored once, each distinct prompt is encoded
-once and its candidates run on top of its KV cache (`candidate_token_logp`), in chunks of
-at most `MAX_SCORED_LOGITS` logits.
+once and its candidates run on top of its KV cache (`candidate_token_logp`), shortest
+prompt first, in chunks of at most `MAX_SCORED_LOGITS` logits and `MAX_SCORED_PROMPT_TOKENS`
+padded prompt tokens (so a short prompt is not padded to the turn's longest).
 
 Sampling is seeded as `LMPolicy` seeds generation: episode-turn t of a rollout draws the
 first uniform of the stream `row_seed(sample_seed, t)` (the stream a generated first
@@ -49,6 +50,8 @@ from arborl.rollout.policies import Decision, LMPolicy
 SCORED_CACHE_SIZE = 16384
 """Scored states a `ScoringPolicy` keeps for later turns (cleared when full or when the
 weights change)."""
+MAX_SCORED_PROMPT_TOKENS = 4096
+"""Most padded prompt tokens (states x their longest prompt) one scoring forward encodes."""
 MAX_SCORED_LOGITS = 2**25
 """Most logits (candidate tokens x vocabulary) one scoring forward may hold (128 MiB in
 float32); more live episodes are scored in several forwards."""
@@ -184,18 +187,25 @@ class ScoringPolicy(LMPolicy):
         return torch.rand(len(eps), generator=self._generator)
 
     def _score(self, states: list[tuple]) -> list[ScoredState]:
-        """Each distinct (prompt, actions) state scored, in forwards of at most
-        `MAX_SCORED_LOGITS` logits."""
+        """Each distinct (prompt, actions) state scored, shortest prompt first, in forwards
+        of at most `MAX_SCORED_LOGITS` logits and `MAX_SCORED_PROMPT_TOKENS` padded prompt
+        tokens; returned in the order of `states`."""
         vocab = int(self.model.config.vocab_size)
-        out: list[ScoredState] = []
-        start, cost = 0, 0
-        for i, (_, actions) in enumerate(states):
+        order = sorted(range(len(states)), key=lambda i: len(states[i][0]))
+        scored: dict[int, ScoredState] = {}
+        chunk: list[int] = []
+        cost = 0
+        for i in order:
+            prompt, actions = states[i]
             row_cost = sum(len(self._tokens(a)[0]) for a in actions) * vocab
-            if i > start and cost + row_cost > MAX_SCORED_LOGITS:
-                out += self._score_chunk(states[start:i])
-                start, cost = i, 0
+            padded = (len(chunk) + 1) * len(prompt)  # sorted: this prompt is the longest
+            if chunk and (cost + row_cost > MAX_SCORED_LOGITS or padded > MAX_SCORED_PROMPT_TOKENS):
+                scored.update(zip(chunk, self._score_chunk([states[j] for j in chunk])))
+                chunk, cost = [], 0
+            chunk.append(i)
             cost += row_cost
-        return out + self._score_chunk(states[start:])
+        scored.update(zip(chunk, self._score_chunk([states[j] for j in chunk])))
+        return [scored[i] for i in range(len(states))]
 
     @torch.inference_mode()
     def _score_chunk(self, states: list[tuple]) -> list[ScoredState]:

@@ -156,3 +156,34 @@ def test_a_state_met_again_is_scored_once_until_the_weights_change(policy, monke
         next(model.parameters()).add_(0.0)  # an in-place write, as an optimizer step
     run_episodes_with_policy(scorer, MAZE, [1, 2], cfg, env_kwargs=SHORT)
     assert calls == [2]
+
+
+def test_states_are_scored_shortest_prompt_first_in_bounded_chunks(policy, monkeypatch):
+    """Padded prompt tokens per scoring forward stay under MAX_SCORED_PROMPT_TOKENS, the
+    chunks go shortest prompt first, and the scores are those of one forward, in the order
+    the states were given."""
+    import arborl.rollout.action_scoring as scoring
+
+    model, tok = policy
+    res = _rollout(policy, num_tasks=3, group_size=2, max_turns=4)
+    states = list(dict.fromkeys((tuple(t.prompt_ids), tuple(t.choice.actions))
+                                for ep in res.episodes for t in ep.turns))  # fmt: skip
+    scorer = ScoringPolicy(HFBackend(model, tok), tok, RolloutConfig(), SCORE)
+    whole = scorer._score(states)
+    chunks: list[list[int]] = []
+    real = ScoringPolicy._score_chunk
+    monkeypatch.setattr(
+        ScoringPolicy,
+        "_score_chunk",
+        lambda self, part: chunks.append([len(p) for p, _ in part]) or real(self, part),
+    )
+    longest = max(len(p) for p, _ in states)
+    monkeypatch.setattr(scoring, "MAX_SCORED_PROMPT_TOKENS", 2 * longest)
+    chunked = scorer._score(states)
+    assert len(chunks) > 1 and all(len(c) * max(c) <= 2 * longest for c in chunks)
+    assert [n for c in chunks for n in c] == sorted(len(p) for p, _ in states)
+    for a, b in zip(whole, chunked):
+        assert a.actions == b.actions
+        torch.testing.assert_close(
+            torch.tensor(a.choice_logp), torch.tensor(b.choice_logp), atol=1e-5, rtol=0
+        )
