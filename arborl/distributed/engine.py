@@ -33,7 +33,7 @@ from arborl.data import Batch
 from arborl.distributed.dispatch import WorkerGroup
 from arborl.distributed.fleet import RolloutFleet, describe
 from arborl.distributed.merge import merge_rollouts
-from arborl.distributed.placement import Placement, init_ray
+from arborl.distributed.placement import Placement, env_specs, init_ray
 from arborl.distributed.workers import ColocatedRole, RolloutRole, TrainRole
 from arborl.rollout import draw_seeds
 from arborl.train.config import TrainConfig
@@ -116,13 +116,15 @@ def worker_seed(base: int, worker: int, *salt: int) -> int:
     return int(np.random.default_rng([base, worker, *salt]).integers(0, 2**31 - 1))
 
 
-def _sft_task(cfg: TrainConfig, out_dir: str) -> dict:
+def _sft_task(cfg: TrainConfig, out_dir: str, env_specs: dict) -> dict:
     """The local warm start, in a worker process; the policy goes to `out_dir`."""
+    from arborl.envs.registry import adopt
     from arborl.models.loading import save_policy
     from arborl.train.build import build_policy, set_threads
     from arborl.train.sft import warm_start
 
     set_threads(cfg)
+    adopt(env_specs)
     model, tokenizer = build_policy(cfg, None)
     stats = warm_start(model, tokenizer, cfg)
     save_policy(model, tokenizer, out_dir)
@@ -159,7 +161,7 @@ class RayEngine:
         if warm_start:
             out = str((self.run_dir / "sft_policy").resolve())
             task = ray.remote(_sft_task).options(num_cpus=t.cpus_per_worker)
-            stats = ray.get(task.remote(c, out))
+            stats = ray.get(task.remote(c, out, env_specs(c)))
             policy_path = out
         self.policy_path = policy_path
         self.placement = Placement.create(c)

@@ -103,6 +103,14 @@ def check_resources(cfg: TrainConfig) -> None:
                 )
 
 
+def env_specs(cfg: TrainConfig) -> dict:
+    """The run's env specs as this process registered them, for its Ray actors: an env a
+    script registered at run time (not a built-in, not an entry point) is unknown there."""
+    from arborl.envs.registry import specs_of
+
+    return specs_of([cfg.env.id])
+
+
 @dataclass
 class Placement:
     """The placement group and how to start an actor in a given bundle; one-bundle spare
@@ -140,7 +148,7 @@ class Placement:
         t = self.cfg.ray
         role = ColocatedRole if t.placement == "colocated" else TrainRole
         actor = ray.remote(role).options(**self._options(rank))
-        return actor.remote(self.cfg, rank, t.num_train_ranks, policy_path)
+        return actor.remote(self.cfg, rank, t.num_train_ranks, policy_path, env_specs(self.cfg))
 
     def rollout_worker(self, index: int, policy_path: str | None, node_lost: bool = False):
         """Rollout worker `index` in its bundle; with `node_lost` (its bundle's node is
@@ -153,7 +161,7 @@ class Placement:
         else:
             options = self._options(self.cfg.ray.num_train_ranks + index)
         actor = ray.remote(RolloutRole).options(**options)
-        return actor.remote(self.cfg, index, policy_path)
+        return actor.remote(self.cfg, index, policy_path, env_specs(self.cfg))
 
     def _spare_group(self, index: int, timeout_s: float = 120.0) -> Any:
         """A one-bundle group for worker `index`: `ray.rollout_resources` kept when a live

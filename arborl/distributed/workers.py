@@ -26,6 +26,7 @@ from arborl.data import Batch
 from arborl.distributed import sharding
 from arborl.distributed.comm import FSDP
 from arborl.distributed.dispatch import register
+from arborl.envs.registry import adopt
 from arborl.generation.hf import HFBackend
 from arborl.train import build
 from arborl.train.config import TrainConfig
@@ -45,8 +46,12 @@ def node_info() -> dict[str, Any]:
 class TrainRole:
     """One rank of the FSDP2 train group (actor + critic + reference)."""
 
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None):
+    def __init__(
+        self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None,
+        env_specs: dict | None = None,
+    ):  # fmt: skip
         build.set_threads(cfg)
+        adopt(env_specs or {})
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.policy_path = policy_path
         self.device = sharding.pick_device(cfg.ray.gpus_per_rank)
@@ -179,8 +184,12 @@ class TrainRole:
 class RolloutRole:
     """A generation backend over an unsharded policy copy, plus a pool for its share."""
 
-    def __init__(self, cfg: TrainConfig, index: int, policy_path: str | None):
+    def __init__(
+        self, cfg: TrainConfig, index: int, policy_path: str | None,
+        env_specs: dict | None = None,
+    ):  # fmt: skip
         build.set_threads(cfg)
+        adopt(env_specs or {})
         self.cfg, self.index = cfg, index
         device = sharding.pick_device(cfg.ray.gpus_per_rank)
         model, self.tokenizer = build.build_policy(cfg, policy_path)
@@ -275,9 +284,12 @@ class RolloutRole:
 class ColocatedRole(TrainRole, RolloutRole):
     """Train rank and rollout worker in one process: weights sync by a collective gather."""
 
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None):
-        TrainRole.__init__(self, cfg, rank, world_size, policy_path)
-        RolloutRole.__init__(self, cfg, rank, policy_path)
+    def __init__(
+        self, cfg: TrainConfig, rank: int, world_size: int, policy_path: str | None,
+        env_specs: dict | None = None,
+    ):  # fmt: skip
+        TrainRole.__init__(self, cfg, rank, world_size, policy_path, env_specs)
+        RolloutRole.__init__(self, cfg, rank, policy_path, env_specs)
 
     @register("one_to_all", "all")
     def sync_local(self, version: int) -> int:

@@ -147,6 +147,25 @@ def registered_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def specs_of(ids: list[str]) -> dict[str, EnvSpec]:
+    """The specs of those `ids` that are registered here, to hand to another process (a
+    Ray worker) that may not have registered them: an env a script registered at run time
+    is unknown to a process that only imported arborl. Pass them to `adopt` there."""
+    _load_entry_points()
+    return {i: _REGISTRY[i] for i in dict.fromkeys(ids) if i in _REGISTRY}
+
+
+def adopt(specs: dict[str, EnvSpec]) -> None:
+    """Register `specs` (from `specs_of` in another process) whose ids are unknown here; an
+    id this process knows keeps its own spec. A class entry point travels by reference, so
+    its module must be importable here (a `"module:Class"` string is imported on `make`)."""
+    _load_entry_points()
+    for id, env_spec in specs.items():
+        if id not in _REGISTRY:
+            _REGISTRY[id] = env_spec
+            _register_with_gymnasium(id)
+
+
 def spec(id: str) -> EnvSpec:
     """The `EnvSpec` of `id`; unknown ids raise `KeyError` naming the closest known ones."""
     _load_entry_points()

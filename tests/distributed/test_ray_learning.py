@@ -1,41 +1,46 @@
-"""Ray mode learns: 2 rollout workers + 2 FSDP2 train ranks raise held-out Maze success.
+"""Ray mode learns: 2 rollout workers + 2 FSDP2 train ranks take the RL sanity suite's
+Bandit (`tests/learning/envs.py`: four arms, one pays) from its random-action SFT start to
+the sanity suite's target, judged on the same 200 held-out episodes before and after.
 
-The demo itself in Ray mode (tiny-1m, SFT on 50 oracle demos x 300 steps, 160 GRPO steps of
-16 tasks x 8 episodes, lr 1e-4, 500 held-out mazes); the same mazes before and after,
-sampled from the same per-episode seeds, so the gain is judged per maze (`paired_gain`):
-a paired comparison against the run's own start, which does not depend on the start value
-a machine's kernels give. Measured 2026-12-02 (Intel Xeon, 2 cores, load ~1): with 300
-mazes, 10 RL steps gave a paired gain of +0.037 [-0.003, +0.076], 40 steps +0.057
-[+0.009, +0.105], 80 steps +0.067 [+0.010, +0.123] in 212 s, hence the demo's full length
-and 500 mazes here. On a loaded 2-core machine the test takes longer than the suite's
-default 10-minute timeout.
+The env is registered by this test process only: the Ray engine hands its spec to every
+actor (`arborl.envs.registry.specs_of` / `adopt`), as it does for a user's script.
+
+Why a Bandit, not the Maze demo this test ran before: the demo's 160 steps and 500-maze
+evaluation took 8-19 min on 2 cores (most of the suite's longest worker), and a gain of a
+few points needed that length to clear chance. Here the answer is known and the margin is
+wide (the local sanity suite's target: >= 0.85 held-out success, >= +0.4 over the start),
+so a rollout worker that never receives the trained weights, a sharded gradient that is
+not reduced, or a share evaluated twice fails it in about a minute. Measured 2026-12-03
+(AMD EPYC, 2 cores, load ~2): 40 steps took 0.17 -> 0.84 in 65 s.
 """
 
 import pytest
 
+import tests.learning.envs  # noqa: F401  (registers arborl-test/Bandit-v0 in this process only)
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 
-STEPS = 160
+STEPS = 60
+TARGET = 0.85
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_ray_mode_improves_held_out_success_from_the_demo_warm_start(ray_instance, tmp_path):
+def test_ray_mode_learns_the_bandit_from_its_random_start(ray_instance, tmp_path):
     cfg = load_train_config([
+        "model.name_or_path=tiny-0.1m", "env.id=arborl-test/Bandit-v0", "env.kwargs={}",
+        "algo=grpo", "algo.lr=1e-3", "sft.num_demos=32", "sft.steps=200",
+        "rollout.num_tasks=4", "rollout.group_size=8", f"trainer.total_steps={STEPS}",
+        "trainer.num_threads=1", "eval.num_episodes=200", "eval.every=0",
         f"trainer.output_dir={tmp_path}", "trainer.name=learn", "trainer.engine=ray",
         "ray.num_train_ranks=2", "ray.num_rollout_workers=2",
-        f"trainer.total_steps={STEPS}", "eval.num_episodes=500", "eval.every=0",
         "trainer.save_every=0", "trainer.save_trajectories=0", "trainer.plots=false",
         "trainer.progress=false",
     ])  # fmt: skip
     summary = RLTrainer(cfg).fit()
-    before, after, gain = summary["before"], summary["after"], summary["gain"]
-    print(f"Ray-mode learning: {before['success']:.3f} -> {after['success']:.3f}, paired gain "
-          f"{gain['gain']:+.3f} [{gain['gain_lo']:+.3f}, {gain['gain_hi']:+.3f}] "
-          f"({gain['improved']:.0f} mazes won that were lost, {gain['worsened']:.0f} lost that "
-          f"were won) in {summary['wall_s']} s")  # fmt: skip
-    assert summary["steps"] == STEPS and gain["tasks"] == 500
-    # A real gain on the same 500 mazes: the paired 95% interval of after - before lies
-    # above zero (more mazes turned won than turned lost, beyond chance).
-    assert gain["gain_lo"] > 0, (before, after, gain)
+    before, after, gain = summary["before"]["success"], summary["after"]["success"], summary["gain"]
+    print(f"Ray-mode learning: {before:.3f} -> {after:.3f}, paired gain {gain['gain']:+.3f} "
+          f"[{gain['gain_lo']:+.3f}, {gain['gain_hi']:+.3f}] in {summary['wall_s']} s")  # fmt: skip
+    assert summary["steps"] == STEPS and gain["tasks"] == 200
+    assert before < 0.4, f"the start policy should be near chance, got {before}"
+    assert after >= TARGET and after - before >= 0.4, (before, after, gain)
+    assert gain["gain_lo"] > 0 and gain["worsened"] <= gain["improved"] / 10, gain

@@ -202,3 +202,25 @@ def test_a_registration_function_not_named_by_an_id_reaches_gymnasium_too(tmp_pa
     code = f"import gymnasium, arborl.envs\ngymnasium.make({HANOI_ID!r}).reset(seed=1)\n"
     done = run_fresh(code, paths, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_specs_travel_to_a_process_that_did_not_register_them(monkeypatch):
+    """`specs_of` here, `adopt` there (a Ray actor): unknown ids are registered with the
+    sender's spec, a known id keeps the receiver's own."""
+    import pickle
+
+    from arborl.envs import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("me/Shipped-v0", "arborl.envs.builtin.maze:MazeEnv", max_turns=7)
+    sent = pickle.loads(
+        pickle.dumps(registry.specs_of(["me/Shipped-v0", "arborl/Maze-v0", "me/None-v0"]))
+    )
+    assert sorted(sent) == ["arborl/Maze-v0", "me/Shipped-v0"]
+    own_maze = registry.spec("arborl/Maze-v0")
+    del registry._REGISTRY["me/Shipped-v0"]
+    sent["arborl/Maze-v0"] = registry.EnvSpec("arborl/Maze-v0", "nowhere:Nothing")
+    registry.adopt(sent)
+    assert registry.spec("me/Shipped-v0").max_turns == 7
+    assert registry.make("me/Shipped-v0").max_turns == 7
+    assert registry.spec("arborl/Maze-v0") is own_maze
