@@ -24,11 +24,16 @@ vllm:
 demo: $(STAMP)
 	$(BIN)/arborl train
 
+# The suite on TEST_WORKERS pytest-xdist workers, a whole file per worker at a time, files
+# longest first (tests/durations.json; tests/conftest.py orders them).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 # The standing fault suite alone (make test runs it too); ends with "fault suite: N/M scenarios held".
 test-faults: $(STAMP)

@@ -1,6 +1,8 @@
 """Shared test set-up: tests run on a few shared CPU cores, so torch uses one thread."""
 
+import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -55,7 +57,28 @@ def fault_scenarios() -> dict[str, str]:
     return dict(FAULT_SCENARIOS)
 
 
+# --- the order files run in --------------------------------------------------------------
+# `make test` runs the suite on pytest-xdist workers, a file per worker at a time, files in
+# collection order (`--dist loadfile --no-loadscope-reorder`). Files run longest first
+# (tests/durations.json, seconds per file, written by `tools/test_durations.py` from a run's
+# JUnit XML), so no long file starts last on one worker while the other sits idle; files
+# not in the table keep their order after the known ones.
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
+def _longest_files_first(items: list) -> None:
+    try:
+        weight = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda it: (-weight.get(f := it.nodeid.split("::")[0], 0.0), first[f]))
+
+
 def pytest_collection_modifyitems(config, items):
+    _longest_files_first(items)
     for item in items:
         mark = item.get_closest_marker("fault")
         if mark is None:
