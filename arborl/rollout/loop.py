@@ -14,6 +14,7 @@ trajectories are the same.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -235,7 +236,8 @@ def collect_episodes(
     """`num_episodes` episodes (`cfg.group_size` per task) in chunks of about
     `chunk_episodes`, so memory stays flat however many are asked for. Task seeds are drawn
     once from `seed`; the same `seed` gives the same tasks to every policy (paired evals).
-    Envs run in `pool_mode`, or in the pools of a `PoolSet` passed as `env_id` (see
+    Envs run in `pool_mode`, in one `PoolSet` for the whole call (its worker processes
+    start once, not per chunk), or in the pools of a `PoolSet` passed as `env_id` (see
     `run_episodes_with_policy`); `on_chunk(trajectories)` is
     called as each chunk finishes (e.g. to write them out incrementally).
     Returns trajectories, episodes and stats over all chunks (`batch` is None)."""
@@ -248,16 +250,20 @@ def collect_episodes(
     seeds = draw_seeds(num_episodes // g, seed)
     per_chunk = max(1, chunk_episodes // g)
     parts = []
-    for c in range(0, len(seeds), per_chunk):
-        # An LM policy keys each episode's sampling stream by its rollout count, so
-        # chunks never repeat each other's samples.
-        part = run_episodes_with_policy(
-            policy, env_id, seeds[c : c + per_chunk], cfg, split, env_kwargs, progress=progress,
-            pool_mode=pool_mode, pool_options=pool_options,
-        )  # fmt: skip
-        parts.append(part)
-        if on_chunk is not None:
-            on_chunk(part.trajectories)
+    with contextlib.ExitStack() as own:
+        if isinstance(env_id, str):  # one set of pools (and worker processes) for all chunks
+            mode = None if pool_mode == "auto" else pool_mode
+            env_id = own.enter_context(PoolSet(env_id, mode, **(pool_options or {})))
+        for c in range(0, len(seeds), per_chunk):
+            # An LM policy keys each episode's sampling stream by its rollout count, so
+            # chunks never repeat each other's samples.
+            part = run_episodes_with_policy(
+                policy, env_id, seeds[c : c + per_chunk], cfg, split, env_kwargs,
+                progress=progress,
+            )  # fmt: skip
+            parts.append(part)
+            if on_chunk is not None:
+                on_chunk(part.trajectories)
     episodes = [ep for p in parts for ep in p.episodes]
     stats = episode_stats(episodes, time.perf_counter() - start)
     for key in ("prompt_truncations", "generate_calls"):

@@ -59,3 +59,16 @@ def test_a_failing_run_stops_its_workers(tmp_path, starts):
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit()
     assert len(starts) == 2 and all(exited(pid) for pid in starts)
+
+
+def test_arborl_eval_and_rollout_chunks_share_their_workers(starts):
+    """`collect_episodes` (`arborl eval`, `arborl rollout`) runs all its chunks in one
+    `PoolSet`: 3 chunks of 2 episodes start at most 2 workers, not 2 per chunk."""
+    from arborl.envs.poolset import default_num_workers
+    from arborl.rollout import RolloutConfig, collect_episodes, make_policy
+
+    cfg = RolloutConfig(max_turns=3)
+    res = collect_episodes(make_policy("random", cfg, seed=0), "arborl/Maze-v0", 6, cfg,
+                           chunk_episodes=2, pool_mode="subprocess")  # fmt: skip
+    assert len(res.trajectories) == 6 and res.stats["env_errors"] == 0.0
+    assert len(starts) == min(2, default_num_workers()) and all(exited(p) for p in starts)
