@@ -296,7 +296,7 @@ def report(results: dict, args) -> list[list]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="envbpe-tiny-1m", help="model preset or checkpoint")
+    ap.add_argument("--model", default="envbpe-tiny-0.1m", help="model preset or checkpoint")
     ap.add_argument("--view", default=None, help="BabyAI observation view (text, compact)")
     ap.add_argument("--modes", nargs="+", default=["generate", "score"], help="agent.action_mode")
     ap.add_argument("--num-tasks", type=int, default=16, help="tasks per RL step")
