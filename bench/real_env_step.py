@@ -4,12 +4,14 @@ and of TextWorld-Express Coin Collector, and the SFT step on BabyAI demos, each 
 where its time goes. Targets on 2 cores of a quiet machine: step <= 20 s, 200 episodes
 <= 60 s, SFT <= 0.5 s a step.
 
-Each env gets one `RLTrainer` (its `env=` config group, `--model`, 2 worker processes per
-default `env.num_workers=0` on 2 cores), an SFT warm start on oracle demos (300 steps at lr
-3e-3: episodes as long as a trained policy's, ~60% won on BabyAI, not a random one's 64
-turns), then timed work. Parts (wall seconds,
-and CPU seconds of this process, which on a busy machine is close to what a 1-thread part
-takes with a core to itself; env workers' CPU is not in it):
+Each env gets one `RLTrainer` (its `env=` config group, `--model`, default envbpe-tiny-0.1m,
+with `agent.max_obs_chars=null`; 2 worker processes per default `env.num_workers=0` on 2
+cores), an SFT warm start on oracle demos (300 steps at lr 3e-3: episodes as long as a
+trained policy's, ~60% won on BabyAI, not a random one's 64 turns), then timed work:
+RL steps in each mode from the same SFT weights, an evaluation per mode, and 30 SFT steps
+on a copy of the policy. Parts (wall seconds, and CPU seconds of this process, which on a
+busy machine is close to what a 1-thread part takes with a core to itself; env workers'
+CPU is not in it):
 
   env           the pools' reset and step (calls into the worker processes)
   policy        the policy's `act`: generation (prefill + decode) or candidate scoring,
@@ -20,7 +22,7 @@ takes with a core to itself; env workers' CPU is not in it):
 
     ARBORL_HOME=~/.cache/arborl-test/home python bench/real_env_step.py
     python bench/real_env_step.py --quick               # 4 x 4 step, 40 episodes: a smoke run
-    python bench/real_env_step.py --model envbpe-tiny-0.1m --view compact --threads 1
+    python bench/real_env_step.py --model envbpe-tiny-1m --view compact --threads 1
 
 The packages must be set up (`arborl env add envpkgs/babyai && arborl env setup
 babyai/GoToLocal-v0`, the same for envpkgs/twx; `--setup` does both).
