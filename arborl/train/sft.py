@@ -124,6 +124,36 @@ def response_logprobs(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tens
     return picked - torch.logsumexp(logits, dim=-1), loss_mask[:, num_cols - 1 - width :]
 
 
+SFT_CHUNK_TOKENS = 2048
+"""Padded tokens per forward of an SFT batch: its examples go shortest first, in chunks, so
+short examples are not padded to the batch's longest (BabyAI demos: 50-150 tokens)."""
+
+
+def _length(e: SFTExample) -> int:
+    return len(e.prompt_ids) + len(e.response_ids)
+
+
+def sft_backward(model, examples: list[SFTExample], pad_id: int) -> dict[str, float]:
+    """Accumulate the gradient of `sft_loss` over `examples` (the mean NLL of every
+    response token of the batch) in length-ordered chunks of at most `SFT_CHUNK_TOKENS`
+    padded tokens, each chunk's sum divided by the whole batch's token count: the
+    gradient of one padded forward, up to float rounding, without its padding."""
+    ordered = sorted(examples, key=_length)
+    num_tokens = float(sum(len(e.response_ids) for e in ordered))
+    chunks: list[list[SFTExample]] = [[]]
+    for e in ordered:  # sorted: e is the longest of its chunk so far
+        if chunks[-1] and (len(chunks[-1]) + 1) * _length(e) > SFT_CHUNK_TOKENS:
+            chunks.append([])
+        chunks[-1].append(e)
+    total = 0.0
+    for chunk in chunks:
+        logp, mask = response_logprobs(model, collate(chunk, pad_id))
+        loss = -(logp * mask).sum() / max(num_tokens, 1.0)
+        loss.backward()
+        total += float(loss.detach())
+    return {"sft/loss": total, "sft/tokens": num_tokens}
+
+
 def run_sft(
     model,
     tokenizer,
@@ -153,11 +183,9 @@ def run_sft(
     bar = progress_bar(cfg.steps, "SFT", disable=hide, dynamic_ncols=True)
     for step in range(cfg.steps):
         idx = torch.randint(len(examples), (min(cfg.batch_size, len(examples)),), generator=gen)
-        batch = collate([examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
-        loss, stats = sft_loss(model, batch)
-        first_loss = stats["sft/loss"] if first_loss is None else first_loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        stats = sft_backward(model, [examples[i] for i in idx.tolist()], tokenizer.pad_token_id)
+        first_loss = stats["sft/loss"] if first_loss is None else first_loss
         stats["sft/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         opt.step()
         sched.step()

@@ -137,3 +137,30 @@ def test_sft_loss_scores_only_responses_and_equals_the_full_scoring(preset):
     torch.testing.assert_close(loss, full, rtol=1e-6, atol=1e-6)
     for g, f in zip(grads, full_grads):
         torch.testing.assert_close(g, f, rtol=1e-4, atol=1e-6)
+
+
+def test_an_sft_step_in_length_chunks_has_the_gradient_of_one_padded_batch(monkeypatch):
+    """`sft_backward` runs the batch shortest first in chunks of at most SFT_CHUNK_TOKENS
+    padded tokens; loss and gradient are those of `sft_loss` over the whole batch."""
+    import arborl.train.sft as sft
+    from arborl.train.sft import SFTExample, sft_backward
+
+    model, tok = load_policy("envbpe-tiny-0.1m")
+    eos = tok.eos_token_id
+    ex = [
+        SFTExample(list(range(10, 10 + n)), [30, 31, eos][: 1 + n % 3]) for n in (30, 3, 12, 7, 25)
+    ]
+    loss, stats = sft_loss(model, collate(ex, tok.pad_token_id))
+    whole = torch.autograd.grad(loss, list(model.parameters()))
+    shapes = []
+    real = sft.response_logprobs
+    monkeypatch.setattr(sft, "response_logprobs",
+                        lambda m, b: shapes.append(tuple(b["input_ids"].shape)) or real(m, b))  # fmt: skip
+    monkeypatch.setattr(sft, "SFT_CHUNK_TOKENS", 3 * 15)
+    model.zero_grad()
+    chunked = sft_backward(model, ex, tok.pad_token_id)
+    assert shapes == [(3, 13), (1, 27), (1, 31)]  # lengths 3+1, 7+2, 12+1; 25+2; 30+1
+    assert chunked["sft/tokens"] == stats["sft/tokens"]
+    assert chunked["sft/loss"] == pytest.approx(stats["sft/loss"], rel=1e-6)
+    for p, g in zip(model.parameters(), whole):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
