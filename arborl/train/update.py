@@ -94,16 +94,20 @@ def _cost(prompt_width: int, response_width: int, rows: int, distinct: int) -> i
 
 
 def group_prompts(batch: Batch) -> tuple[Batch, list[int]]:
-    """`batch` with rows of the same prompt made adjacent (first occurrence order, stable),
-    and each row's prompt id, for `micro_batches`: a GRPO step repeats few distinct prompts
-    (the demo: ~110 among ~1,500 rows), and `response_logits` encodes each once per
-    micro-batch. The rows of one optimizer step are summed, so their order changes the
-    gradient by float rounding only."""
+    """`batch` with rows of the same prompt made adjacent (prompts shortest first, ties in
+    first occurrence order; rows stable within a prompt), and each row's prompt id, for
+    `micro_batches`: a GRPO step repeats few distinct prompts (the demo: ~110 among ~1,500
+    rows), and `response_logits` encodes each once per micro-batch, which is cut to its
+    longest prompt (shortest first: a 35-token BabyAI view is not padded to a 130-token
+    one). The rows of one optimizer step are summed, so their order changes the gradient
+    by float rounding only."""
     p_len = int(batch.info["prompt_length"])
     ids, attn = batch.tensors["input_ids"][:, :p_len], batch.tensors["attention_mask"][:, :p_len]
     first, inverse = distinct_rows(ids, attn)  # (U,), (B,)
+    length = attn[first].sum(-1).long()  # (U,) each distinct prompt's real tokens
+    key = length * (len(batch) + 1) + first  # shortest first, then first occurrence
     rank = torch.empty_like(first)
-    rank[torch.argsort(first)] = torch.arange(len(first))  # prompt ids by first occurrence
+    rank[torch.argsort(key)] = torch.arange(len(first))  # prompt ids in that order
     group = rank[inverse]  # (B,)
     order = torch.argsort(group, stable=True)
     return batch.reorder(order), group[order].tolist()

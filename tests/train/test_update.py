@@ -152,6 +152,18 @@ def test_group_prompts_and_their_micro_batch_cost():
     assert [len(mb) for mb in micro_batches(grouped, 27)] == [3, 3]
 
 
+def test_grouped_prompts_go_shortest_first():
+    """A micro-batch is cut to its longest prompt, so groups go by prompt length (ties in
+    first occurrence order): prompts of 5, 2, 5, 3 real tokens -> 2, 3, then the 5s."""
+    b = _toy_batch([5, 2, 5, 3, 2, 5], [1, 1, 1, 1, 1, 1])
+    ids = b.tensors["input_ids"].clone()
+    ids[:, :5] = torch.tensor([[1], [2], [3], [4], [2], [1]])  # prompts a b c d b a
+    b["input_ids"] = ids
+    grouped, groups = group_prompts(b)
+    assert grouped.tensors["row"].tolist() == [1, 4, 3, 0, 5, 2]  # b b d a a c
+    assert groups == [0, 0, 1, 2, 2, 3]
+
+
 def _plain_micro_batches(shard, max_tokens):
     """Micro-batches in schedule order, rows not regrouped by prompt."""
     return micro_batches(shard, max_tokens) if shard is not None and len(shard) else []
