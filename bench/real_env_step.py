@@ -215,9 +215,8 @@ def bench_env(env: str, args, out_dir: str, cache_dir: Path | None, with_steps: 
     trainer = build_trainer(env, args, out_dir)
     result["start"] = {"total": time.perf_counter() - t0, **dict(TIMERS.wall)}
     try:
-        cache = (
-            cache_dir / f"{env}-{args.model}-{args.sft_steps}-{args.view}.pt" if cache_dir else None
-        )
+        view = f"-{args.view}" if args.view and env == "babyai" else ""  # BabyAI's only
+        cache = cache_dir / f"{env}{view}-{args.model}-{args.sft_steps}.pt" if cache_dir else None
         result["warm_start"] = warm_start(trainer, cache)
         result["sft"] = sft_step_time(trainer, args.sft_time_steps)
         print(f"  SFT: {result['sft']['sft_step_s']:.3f} s a step (batch "
