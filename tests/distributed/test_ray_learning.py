@@ -16,7 +16,7 @@ not reduced, or a share evaluated twice fails it in about a minute. Measured 202
 
 import pytest
 
-import tests.learning.envs  # noqa: F401  (registers arborl-test/Bandit-v0 in this process only)
+from arborl.envs import registry
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 
@@ -25,9 +25,13 @@ TARGET = 0.85
 
 
 @pytest.mark.slow
-def test_ray_mode_learns_the_bandit_from_its_random_start(ray_instance, tmp_path):
+def test_ray_mode_learns_the_bandit_from_its_random_start(ray_instance, tmp_path, monkeypatch):
+    # Registered here, at run time and by name (not at import: other files' parametrized
+    # tests list the registered ids when they are collected)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("arborl-test/RayBandit-v0", "tests.learning.envs:BanditEnv")
     cfg = load_train_config([
-        "model.name_or_path=tiny-0.1m", "env.id=arborl-test/Bandit-v0", "env.kwargs={}",
+        "model.name_or_path=tiny-0.1m", "env.id=arborl-test/RayBandit-v0", "env.kwargs={}",
         "algo=grpo", "algo.lr=1e-3", "sft.num_demos=32", "sft.steps=200",
         "rollout.num_tasks=4", "rollout.group_size=8", f"trainer.total_steps={STEPS}",
         "trainer.num_threads=1", "eval.num_episodes=200", "eval.every=0",

@@ -11,10 +11,10 @@ from arborl.train.rollout_modes import ROLLOUT_MODES, check_rollout_mode, rollou
 
 
 def test_modes_and_config_checks():
-    assert ROLLOUT_MODES.names() == ["flat", "tree"]
+    assert ROLLOUT_MODES.names() == ["agent", "flat", "tree"]
     cfg = load_train_config(["rollout.mode=tree", "search.algo=mcts", "search.budget=5"])
     assert (cfg.search.algo, cfg.search.budget, cfg.search.tree_adv) == ("mcts", 5, "mc_sibling")
-    with pytest.raises(ValueError, match=r"rollout.mode='tre' is not one of: flat, tree"):
+    with pytest.raises(ValueError, match=r"rollout.mode='tre' is not one of: agent, flat, tree"):
         load_train_config(["rollout.mode=tre"])
     with pytest.raises(ValueError, match=r"rollout.mode='tree' needs view in \['step'\]"):
         check_rollout_mode(replace(cfg.rollout, view="episode"))
