@@ -31,6 +31,23 @@ def wait_for_health():
     return wait
 
 
+@pytest.fixture
+def starts(monkeypatch):
+    """The pids of every env worker process (`arborl.envs.remote.subproc`) started from here on."""
+    from arborl.envs.remote import subproc
+
+    pids: list[int] = []
+    real = subproc.subprocess.Popen
+
+    def popen(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(subproc.subprocess, "Popen", popen)
+    return pids
+
+
 # --- the standing fault suite ------------------------------------------------------------
 # Tests marked `@pytest.mark.fault("<scenario>", ...)` are the fault scenarios of the
 # reliability reviews (../shared/research/reliability-review-2.md), wherever the code they

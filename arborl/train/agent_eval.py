@@ -14,11 +14,9 @@ from arborl.envs import make_pool
 from arborl.generation.base import row_seed
 from arborl.rollout.agents import AgentProgram, run_agent_rollout
 from arborl.rollout.config import with_turn_limit
-from arborl.rollout.metrics import episode_stats
 from arborl.train.build import pool_options
 from arborl.train.config import TrainConfig
-
-STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
+from arborl.train.evaluate import share_metrics
 
 
 def evaluate_agent_share(
@@ -46,11 +44,4 @@ def evaluate_agent_share(
             pool.close()
         episodes += res.episodes
         trajectories += res.trajectories
-    stats = episode_stats(episodes, 0.0)
-    out = {"episodes": float(n), "wins": float(sum(t.won for t in trajectories))}
-    out["env_errors"] = float(stats.get("env_errors", 0.0))
-    out.update({k: float(stats[k]) for k in STAT_KEYS if k in stats})
-    out["outcomes"] = {int(s): float(t.won) for s, t in zip(seeds, trajectories, strict=True)}
-    if ev.save_episodes:
-        out["sample"] = trajectories[: ev.save_episodes]
-    return out
+    return share_metrics(episodes, trajectories, seeds, ev.save_episodes)

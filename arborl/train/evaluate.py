@@ -65,13 +65,19 @@ def evaluate_share(
             )
             episodes += res.episodes
             trajectories += res.trajectories
+    return share_metrics(episodes, trajectories, seeds, ev.save_episodes)
+
+
+def share_metrics(episodes: list, trajectories: list, seeds: list, save_episodes: int) -> dict:
+    """One evaluation share's metrics from its episodes (one per seed, in order): episodes,
+    wins, env errors, the episode-weighted stats, per-seed outcomes and a sample."""
     stats = episode_stats(episodes, 0.0)
-    out = {"episodes": float(n), "wins": float(sum(t.won for t in trajectories))}
+    out = {"episodes": float(len(seeds)), "wins": float(sum(t.won for t in trajectories))}
     out["env_errors"] = float(stats.get("env_errors", 0.0))
     out.update({k: float(stats[k]) for k in STAT_KEYS if k in stats})
     out["outcomes"] = {int(seed): float(t.won) for seed, t in zip(seeds, trajectories, strict=True)}
-    if ev.save_episodes:
-        out["sample"] = trajectories[: ev.save_episodes]
+    if save_episodes:
+        out["sample"] = trajectories[:save_episodes]
     return out
 
 

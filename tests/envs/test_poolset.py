@@ -9,25 +9,9 @@ import os
 
 import pytest
 
-import arborl.envs.remote.subproc as subproc
 from arborl.envs.poolset import PoolSet, default_num_workers
 
 MAZE = "arborl/Maze-v0"
-
-
-@pytest.fixture
-def starts(monkeypatch):
-    """The pids of every worker process started from here on."""
-    pids: list[int] = []
-    real = subproc.subprocess.Popen
-
-    def popen(*args, **kwargs):
-        proc = real(*args, **kwargs)
-        pids.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(subproc.subprocess, "Popen", popen)
-    return pids
 
 
 def exited(pid: int) -> bool:

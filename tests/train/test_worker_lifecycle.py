@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import arborl.envs.remote.subproc as subproc
 from arborl.train.config import load_train_config
 from arborl.train.rl import RLTrainer
 from arborl.train.runlog import read_metrics
@@ -20,20 +19,6 @@ TOY = [
     "env.pool_mode=subprocess", "env.num_workers=2", "trainer.total_steps=3",
     "trainer.progress=false", "trainer.plots=false", "trainer.report=false",
 ]  # fmt: skip
-
-
-@pytest.fixture
-def starts(monkeypatch):
-    pids: list[int] = []
-    real = subproc.subprocess.Popen
-
-    def popen(*args, **kwargs):
-        proc = real(*args, **kwargs)
-        pids.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(subproc.subprocess, "Popen", popen)
-    return pids
 
 
 def test_workers_start_once_per_run_and_stop_at_its_end(tmp_path, starts):
