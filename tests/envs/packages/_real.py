@@ -108,8 +108,12 @@ def run_probe(interp: Interpreter, code: str, timeout_s: float = 600) -> dict:
 
 def train_two_rl_steps(overrides: list[str], tmp_path: Path):
     """Two RL steps of `arborl train` at toy size (tiny-0.1m, 2 tasks x 2 episodes of 2
-    turns, no SFT) with `overrides` selecting the env; checks the steps ran and the final
-    evaluation's episodes had no env errors. Returns the config."""
+    turns, no SFT, no report) with `overrides` selecting the env; checks the steps ran and
+    the final evaluation's episodes had no env errors. Returns the config.
+
+    No report: its random and oracle baselines started two more worker pools and ran
+    their episodes (a third of the ALFWorld run's time), and a failing baseline only logs
+    a warning, so this test could not catch one (tests/report covers the report)."""
     from arborl.train.config import load_train_config
     from arborl.train.rl import RLTrainer
 
@@ -118,7 +122,7 @@ def train_two_rl_steps(overrides: list[str], tmp_path: Path):
         "rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=2",
         "rollout.max_new_tokens=8", "eval.num_episodes=2", "eval.every=0",
         "trainer.total_steps=2", "trainer.progress=false", "trainer.plots=false",
-        f"trainer.output_dir={tmp_path}", "trainer.name=pkg",
+        "trainer.report=false", f"trainer.output_dir={tmp_path}", "trainer.name=pkg",
     ])  # fmt: skip
     summary = RLTrainer(cfg).fit()
     assert summary["steps"] == 2
