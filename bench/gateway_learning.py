@@ -8,8 +8,9 @@ calculator agent of docs/agents.md, run unmodified against arborl's gateway.
    against a gateway whose model is a script (`gateway_agent.respond`: the right tool call,
    then the tool's number); the recorded (prompt ids, response ids) of each call are the SFT
    rows, so the policy learns the tool-calling format on exactly the prompts the gateway will
-   show it. `--sft-steps` optimizer steps, stopped early on purpose: a start that sometimes
-   succeeds leaves GRPO groups with a signal.
+   show it. `--sft-steps` optimizer steps: the start should succeed sometimes, not always,
+   so that GRPO groups have a signal (with the defaults it succeeds almost never: the
+   0.1M model learns the format but not to copy the operands; docs/BENCHMARKS.md).
 2. **RL** (`arborl train rollout.mode=agent`, one `arborl compare` grid with the SFT policy
    as its start): before RL and after it, the agent runs on the same `--eval-episodes`
    held-out tasks (test split, `eval.seed` fixed) with the same sampling seed, so the gain
@@ -17,7 +18,7 @@ calculator agent of docs/agents.md, run unmodified against arborl's gateway.
    with several `--seeds` the grid adds the t interval over seeds. Stats, tables and
    resuming are the library's (`arborl.train.compare`, `arborl.report.compare`).
 
-    python bench/gateway_learning.py                 # the documented run (~25 min on 2 cores)
+    python bench/gateway_learning.py                 # the documented run (~13 min on 2 loaded cores)
     python bench/gateway_learning.py --quick         # toy size, what tests/bench runs
 
 Runs go to `--work-dir` (default runs/bench-gateway-learning, git-ignored): the SFT policy in
