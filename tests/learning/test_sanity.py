@@ -15,7 +15,12 @@ stays within 0.1 of its start, and gigpo beats grpo by >= 0.3. Measured 2026-12-
 2-core Xeon at 40 steps: the whole suite 38 s quiet (load 0.3), ~2.5 min at load ~11; at 60
 steps 52 s on a quiet AMD EPYC (2026-12-02).
 Deterministic on one thread (`trainer.num_threads=1`): the numbers do not depend on load.
+Each env's SFT start is trained once per session and shared by its algorithms
+(`_sft_once`): the RL runs are bit-identical to ones that each train their own.
 """
+
+import hashlib
+import json
 
 import pytest
 
@@ -57,12 +62,42 @@ def _cfg(tmp_path, env_id: str, algo: str):
 
 
 _RUNS: dict[tuple[str, str], tuple[float, float]] = {}
+_SFT: dict[str, tuple[dict, dict]] = {}
+
+
+def _sft_once(real):
+    """`sft.warm_start` run once per distinct start, then loaded: the three algorithms of
+    an env share their SFT start (the same demos, SFT settings and initial weights; the
+    key is everything the warm start reads, the weights included), so each env's SFT is
+    trained once per session by the real code and every RL run is bit-identical to one
+    that trained it itself."""
+
+    def warm_start(model, tokenizer, cfg, *args, **kwargs):
+        from arborl.config import to_dict
+
+        d = {k: v for k, v in to_dict(cfg).items() if k not in ("algo", "eval")}
+        d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("name", "output_dir")}
+        h = hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode())
+        for name, t in sorted(model.state_dict().items()):
+            h.update(name.encode() + t.detach().cpu().numpy().tobytes())
+        key = h.hexdigest()
+        if key not in _SFT:
+            stats = real(model, tokenizer, cfg, *args, **kwargs)
+            _SFT[key] = ({k: t.detach().clone() for k, t in model.state_dict().items()}, stats)
+        state, stats = _SFT[key]
+        model.load_state_dict(state)
+        return dict(stats)
+
+    return warm_start
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, monkeypatch):
     """`run(env_id, algo) -> (success before RL, after RL)`, cached for the session."""
+    from arborl.train import sft
     from arborl.train.rl import RLTrainer
+
+    monkeypatch.setattr(sft, "warm_start", _sft_once(sft.warm_start))
 
     def go(env_id: str, algo: str) -> tuple[float, float]:
         if (env_id, algo) not in _RUNS:
