@@ -166,7 +166,8 @@ def main() -> None:
     table = format_table(["data", "mode", "input MB", "rows", "peak RSS MB", "peak / input",
                           "KB per added row", "wall s", "rc"], rows)  # fmt: skip
     print(table)
-    out = {"repo": "." if repo == REPO else repo.name, "commit": _commit(repo), "max_memory_mb": args.max_memory_mb,
+    where = "." if repo == REPO else repo.name  # never this machine's absolute path
+    out = {"repo": where, "commit": _commit(repo), "max_memory_mb": args.max_memory_mb,
            "machine": {**cpu_facts(),
            "cpu_count": os.cpu_count(), "loadavg_before": load_before,
            "loadavg_after": list(os.getloadavg())}, "results": results}  # fmt: skip
