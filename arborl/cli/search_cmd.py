@@ -56,7 +56,8 @@ def add_search_args(p: argparse.ArgumentParser, required: bool) -> None:
         default="policy",
         choices=PROPOSERS.names(),
         help="where actions come from: the policy (samples k distinct actions), the env's "
-        "available_actions, or those ranked by the policy's probability (ranked)",
+        "available_actions, or those scored by the policy as agent.action_mode=score does "
+        "(ranked: its categorical gives the priors)",
     )
     p.add_argument(
         "--evaluator",
@@ -102,7 +103,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="test", choices=SPLITS, help="task split to draw from")
     p.add_argument("--out", default=None, help="write the result + tree JSON here (and .html)")
     p.add_argument("--no-html", action="store_true", help="do not write the HTML tree view")
-    p.add_argument("--temperature", type=float, default=1.0, help="policy sampling temperature")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="policy sampling temperature (--proposer ranked: of its scored categorical)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=16, help="tokens per proposed action")
     p.add_argument("--distinct", action="store_true",
                    help="policy proposer: draw a node's candidates one at a time, each barred "
@@ -143,7 +149,12 @@ def build_parts(args: argparse.Namespace, env_id: str) -> tuple[Any, Any, Any]:
         from arborl.generation import make_backend
 
         backend, tok = make_backend(args.policy, tokenizer=args.tokenizer, seed=args.seed)
-    agent = AgentConfig(**load_agent_settings(args.policy or ""))
+    if hasattr(args, "score_norm"):  # `arborl eval --search`: its agent flags apply too
+        from arborl.cli.rollout_cmd import configs_from_args
+
+        _, agent = configs_from_args(args, group_size=1)
+    else:  # `arborl search`: the agent the checkpoint was trained with
+        agent = AgentConfig(**load_agent_settings(args.policy or ""))
     if args.proposer in ("policy", "ranked"):
         proposer = make_proposer(
             args.proposer,

@@ -23,6 +23,10 @@ engine's scheduling, and a resumed run draws the same choices.
 What a turn records (`ScoredChoice`: candidate token ids, their normalisers, the chosen
 index and its categorical log-probability) is what `arborl.rollout.batching` lays out as
 `CHOICE_KEYS`, from which `arborl.train.update` recomputes the same categorical.
+
+`scored_states` gives the categorical itself, without sampling: search's `ranked`
+proposer (`arborl.search.proposers.RankedActionsProposer`) takes its PUCT priors from it,
+so a tree's priors are the distribution this policy would sample the node's action from.
 """
 
 from __future__ import annotations
@@ -55,6 +59,12 @@ MAX_SCORED_PROMPT_TOKENS = 4096
 MAX_SCORED_LOGITS = 2**25
 """Most logits (candidate tokens x vocabulary) one scoring forward may hold (128 MiB in
 float32); more live episodes are scored in several forwards."""
+
+
+def candidate_actions(actions: Sequence[Any]) -> list[str]:
+    """A state's candidates: `info["available_actions"]` as strings, first occurrence kept
+    (a duplicate would count twice in the categorical)."""
+    return list(dict.fromkeys(str(a) for a in actions))
 
 
 class ScoredState(NamedTuple):
@@ -116,7 +126,7 @@ class ScoringPolicy(LMPolicy):
                 f"{len(ep.turns)}; use agent.action_mode=generate for an env without a finite "
                 "action list"
             )
-        return list(dict.fromkeys(str(a) for a in actions))  # a duplicate would count twice
+        return candidate_actions(actions)
 
     def _tokens(self, action: str) -> tuple[list[int], int]:
         """(response token ids, number of words) of one candidate action."""
@@ -140,7 +150,7 @@ class ScoringPolicy(LMPolicy):
             key = (tuple(prompt), tuple(self._actions(ep)))
             rows.append((k, prompt, cut, states.setdefault(key, len(states))))
         if rows:
-            scored = self._cached_scores(list(states))  # one per distinct state
+            scored = self.scored_states(list(states))  # one per distinct state
             width = max(len(x.actions) for x in scored)
             logp = torch.full((len(scored), width), float("-inf"))  # (S, K)
             for i, x in enumerate(scored):
@@ -163,12 +173,14 @@ class ScoringPolicy(LMPolicy):
             self.prompts_per_call.append(len(rows))
         return out  # type: ignore[return-value]
 
-    def _cached_scores(self, states: list[tuple]) -> list[ScoredState]:
-        """`_score` of each state, remembered for later turns while the weights stay the
-        same: an episode that revisits a state, or a group's episodes that reach one on
-        different turns, cost no forward (as `HFBackend` remembers prompt encodings). A
-        policy serves one rollout or evaluation in training, so its numbers depend on that
-        call's turns only."""
+    def scored_states(self, states: list[tuple]) -> list[ScoredState]:
+        """The categorical of each `(prompt ids, actions)` state (tuples; actions as
+        `candidate_actions` gives them, at least one), what `act` samples from.
+
+        Remembered for later turns while the weights stay the same: an episode that
+        revisits a state, or a group's episodes that reach one on different turns, cost no
+        forward (as `HFBackend` remembers prompt encodings). A policy serves one rollout or
+        evaluation in training, so its numbers depend on that call's turns only."""
         key = weights_key(self.model)
         if key != self._scored_weights or len(self._scored) + len(states) > SCORED_CACHE_SIZE:
             self._scored, self._scored_weights = {}, key

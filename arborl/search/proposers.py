@@ -13,6 +13,9 @@
   first token (sampling without replacement at the first token): a confident policy then
   still offers k different actions for k samples' tokens, where plain sampling mostly
   repeats its favourite (HF backend only).
+- `RankedActionsProposer` ("ranked"): the env's `available_actions`, ranked by the
+  action-scoring policy (`agent.action_mode=score`, `arborl.rollout.action_scoring`),
+  whose categorical gives the PUCT priors: score mode's counterpart in search.
 - `FunctionProposer`: any `fn(view) -> list[str]` (synthetic trees in tests, scripted
   thought generators).
 """
@@ -227,73 +230,77 @@ class LMProposer:
 
 
 class RankedActionsProposer:
-    """The env's available_actions ranked by the policy: P(action + end token | prompt).
+    """The env's available_actions ranked by the action-scoring policy's categorical.
 
-    For finite action sets this uses the policy without sampling: every legal action is
-    scored by teacher forcing (one forward pass per node), the k most likely distinct ones
-    are returned with their probabilities as PUCT priors, and a node's children can be
-    widened until every action is tried. A confident policy that samples the same action
-    again and again cannot starve the search this way. The candidates carry token ids and
-    logprobs (scored at temperature 1), so trees still export to training rows.
+    For finite action sets this uses the policy without sampling: the node's prompt (built
+    as the rollout builds it) and its actions go to the `ScoringPolicy` of
+    `agent.action_mode=score`, which scores every action's response text (as the action
+    format writes it, plus the end-of-turn token) over one KV-cached prompt encoding,
+    normalised by `agent.score_norm` and tempered by the proposer's temperature. The k most
+    likely actions not in `avoid` are returned with their probabilities under that
+    categorical as PUCT priors (over all the node's actions, so a child's prior does not
+    change as its siblings are tried), and a node's children can be widened until every
+    action is tried. A confident policy that samples the same action again and again
+    cannot starve the search this way. The candidates carry token ids and logprobs (at
+    temperature 1, as score mode records them), so trees still export to training rows.
     """
 
     name = "ranked"
     uses_model = True
 
     def __init__(self, lm: LMProposer) -> None:
-        model = getattr(lm.backend, "model", None)
-        if model is None:
-            raise ValueError("proposer 'ranked' needs an in-process HF policy (a preset or dir)")
-        self.lm, self.model = lm, model
-        self.num_tokens = 0
-
-    def _score(self, prompt: list[int], actions: list[str]) -> list[tuple[list[int], list[float]]]:
         import torch
 
-        from arborl.models.scoring import token_logprobs
+        from arborl.rollout import RolloutConfig
+        from arborl.rollout.action_scoring import ScoringPolicy
 
-        tok = self.lm.tokenizer
-        eos = tok.eos_token_id
-        conts = [list(tok(a, add_special_tokens=False)["input_ids"]) + [eos] for a in actions]
-        width = len(prompt) + max(len(c) for c in conts)
-        ids = torch.full((len(conts), width), tok.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, c in enumerate(conts):  # right padding: the prompt starts every row
-            row = prompt + c
-            ids[r, : len(row)] = torch.tensor(row)
-            mask[r, : len(row)] = 1
-        with torch.no_grad():
-            logp = token_logprobs(self.model, ids, mask)  # (A, width - 1)
-        p = len(prompt)
-        return [(c, logp[r, p - 1 : p - 1 + len(c)].tolist()) for r, c in enumerate(conts)]
+        if not isinstance(getattr(lm.backend, "model", None), torch.nn.Module):
+            raise ValueError(
+                "proposer 'ranked' scores the env's actions with the model's own forward pass; "
+                "pass an in-process policy (--policy <preset|checkpoint dir>, not a URL)"
+            )
+        self.lm = lm
+        cfg = RolloutConfig(temperature=lm.temperature)
+        self.scorer = ScoringPolicy(lm.backend, lm.tokenizer, cfg, lm.agent_cfg, name="ranked")
+        self.num_tokens = 0  # nothing is generated: scoring spends no token budget
 
     def propose(self, views, k, *, seeds, avoid=None) -> list[list[Candidate]]:
-        out = []
-        for i, v in enumerate(views):
+        from arborl.agent.parsing import action_response
+        from arborl.rollout.action_scoring import candidate_actions
+
+        states: list[tuple] = []
+        for v in views:
             if v.available_actions is None:
-                raise ValueError("proposer 'ranked' needs info['available_actions'] from the env")
-            tried = set(avoid[i]) if avoid else set()
-            acts = [a for a in dict.fromkeys(v.available_actions) if a not in tried]
-            if not acts:
+                raise ValueError(
+                    "proposer 'ranked' needs info['available_actions'], but the env gives "
+                    "none at this node; use --proposer policy for this env"
+                )
+            limit = self.scorer.max_prompt_tokens  # the rollout's cut: its last tokens
+            prompt = self.lm.prompt_ids(v)[-limit:]
+            states.append((tuple(prompt), tuple(candidate_actions(v.available_actions))))
+        live = list(dict.fromkeys(s for s in states if s[1]))  # nodes in one state: once
+        scored = dict(zip(live, self.scorer.scored_states(live))) if live else {}
+        out = []
+        for i, state in enumerate(states):
+            x = scored.get(state)
+            if x is None:  # no actions at this node
                 out.append([])
                 continue
-            prompt = self.lm.prompt_ids(v, list(tried))
-            scored = self._score(prompt, acts)
-            probs = [math.exp(sum(lp)) for _, lp in scored]
-            total = sum(probs) or 1.0
-            order = sorted(range(len(acts)), key=lambda j: (-probs[j], j))[:k]
-            cands = []
-            for j in order:
-                ids, lp = scored[j]
-                cands.append(
+            tried = set(avoid[i]) if avoid else set()
+            probs = [math.exp(lp) for lp in x.choice_logp]  # (K,) the categorical
+            open_ = [j for j, a in enumerate(x.actions) if a not in tried]
+            order = sorted(open_, key=lambda j: (-probs[j], j))[:k]
+            out.append(
+                [
                     Candidate(
-                        action=acts[j],
-                        response_text=acts[j],
-                        prior=probs[j] / total,
-                        prompt_ids=list(prompt),
-                        response_ids=ids,
-                        logprobs=lp,
+                        action=x.actions[j],
+                        response_text=action_response(x.actions[j], self.lm.agent_cfg),
+                        prior=probs[j],
+                        prompt_ids=list(state[0]),
+                        response_ids=list(x.token_ids[j]),
+                        logprobs=list(x.token_logp[j]),
                     )
-                )
-            out.append(cands)
+                    for j in order
+                ]
+            )
         return out

@@ -36,7 +36,8 @@ for _name, _entry in (
 
 PROPOSERS: Registry = Registry("proposer", error=ValueError)
 """`actions`: the env's available_actions; `policy`: the LM samples k distinct actions;
-`ranked`: the env's available_actions ranked by the policy's probability of each."""
+`ranked`: the env's available_actions scored as `agent.action_mode=score` scores them
+(its categorical gives the PUCT priors)."""
 for _name in ("actions", "policy", "ranked"):
     PROPOSERS.register(_name, f"arborl.search.builders:{_name}_proposer")
 
