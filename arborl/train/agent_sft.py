@@ -15,14 +15,13 @@ will be shown in RL, with the demonstrator's answers as targets.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from arborl.agent import encode_text
 from arborl.generation.base import Completion, SamplingParams
 from arborl.generation.gateway import Gateway
+from arborl.rollout.agents import AgentProgram
 from arborl.train.sft import SFTExample
 
 
@@ -45,30 +44,29 @@ class ScriptedBackend:
         return out
 
 
-def _run(program: Callable[..., Any], task: dict, base_url: str, key: str) -> Any:
-    result = program(task, base_url, key)
-    return asyncio.run(result) if inspect.isawaitable(result) else result
-
-
 def record_agent_demos(
     program: Callable[..., Any],
     tasks: Sequence[dict],
     respond: Callable[[str], str],
     tokenizer: Any,
     tool_parser: str = "hermes",
+    timeout_s: float = 120.0,
 ) -> list[SFTExample]:
     """Run `program(task, base_url, api_key)` once per task (the dicts an agent program is
     given, docs/agents.md) against a gateway serving `ScriptedBackend(tokenizer, respond)`,
     and return one `SFTExample` per recorded call: the prompt ids the chat template made of
     the agent's messages, the script's response ids ending in the end-of-turn token.
-    Raises if a task's program fails or makes no call (a demo that shows nothing)."""
+    The program runs as training runs it (`AgentProgram`: sync or async, `timeout_s` each).
+    Raises if a task's program fails (`AgentFailed`) or makes no call (a demo that shows
+    nothing)."""
+    runner = AgentProgram(fn=program)
     backend = ScriptedBackend(tokenizer, respond)
     examples: list[SFTExample] = []
     with Gateway(backend, tokenizer, tool_parser=tool_parser) as gw:
         for i, task in enumerate(tasks):
             s = gw.open_session(meta={"demo": i})
             try:
-                _run(program, task, s.base_url, s.key)
+                runner(task, s.base_url, s.key, timeout_s)
             finally:
                 calls = gw.close_session(s.id)
             if not calls:
