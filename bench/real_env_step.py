@@ -155,7 +155,7 @@ def warm_start(trainer: RLTrainer, cache: Path | None) -> dict:
     eng = trainer.engine
     if cache is not None and cache.exists():
         eng.model.load_state_dict(torch.load(cache))
-        return {"cached": str(cache)}
+        return {"cached": cache.name}  # a name, never a machine path
     _, whole = timed(eng.prepare, True)
     if cache is not None:
         torch.save(eng.model.state_dict(), cache)
@@ -344,7 +344,9 @@ def main() -> None:
           f"{info['loadavg_before'][0]:.1f} before, {info['loadavg_after'][0]:.1f} after "
           "(1-min average). Wall seconds on a loaded machine overstate; the 'CPU s' "
           "column is this process only (env workers excluded).")  # fmt: skip
-    result = {"machine": info, "args": vars(args), "headers": headers, "table": table,
+    paths = ("warm_cache", "out")  # names only in the JSON, never a machine path
+    shown = {k: (Path(v).name if k in paths and v else v) for k, v in vars(args).items()}
+    result = {"machine": info, "args": shown, "headers": headers, "table": table,
               "results": results, "targets": TARGETS}  # fmt: skip
     print("wrote", write_json(result, args.out, "real_env_step"))
 
