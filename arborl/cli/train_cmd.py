@@ -1,4 +1,4 @@
-"""`arborl train [key=value ...]`: RL training (the default run is the demo)."""
+"""`arborl train [key=value ...]`: RL training (with no arguments, the Maze demo: `make demo-maze`)."""
 
 from __future__ import annotations
 
@@ -39,10 +39,28 @@ def _run(args: argparse.Namespace) -> int:
     print(format_success("held-out success after RL ", a))
     if summary.get("gain"):
         print(format_gain("RL gain on the same tasks    ", summary["gain"]))
+    scale = _baselines_line(Path(summary["run_dir"]))
+    if scale:
+        print(scale)
     report = Path(summary["run_dir"]) / "report.html"
     if report.exists():
         print(f"report: {report}  (open it in a browser; `arborl report` rebuilds it)")
     return 0
+
+
+def _baselines_line(run_dir: Path) -> str:
+    """`for scale, ...`: the random policy's and the oracle's held-out success on the run's
+    first evaluation tasks (its `baselines.json`, written with the report), or "" if none."""
+    from arborl.report.baselines import read_baselines
+
+    rows = read_baselines(run_dir)
+    parts = [
+        f"{label} {r['success_rate']:.3f} [{r['success_lo']:.3f}, {r['success_hi']:.3f}]"
+        f" (n={int(r['episodes'])})"
+        for name, label in (("random", "random policy"), ("oracle", "oracle"))
+        if (r := rows.get(name))
+    ]
+    return "for scale, same tasks       : " + ", ".join(parts) if parts else ""
 
 
 def register(sub: argparse._SubParsersAction) -> None:

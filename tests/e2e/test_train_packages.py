@@ -9,6 +9,7 @@ SIGKILL mid-rollout ends only its own episode while training goes on.
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -49,11 +50,31 @@ def _check_run(recs: list[dict], num_demos: int = 6) -> None:
     assert 0.0 <= before["eval/success"] <= 1.0 and 0.0 <= after["eval/final_success"] <= 1.0
 
 
-def test_train_with_sft_warm_start_on_twx_coin_in_subprocess_mode(tmp_path, monkeypatch, capsys):
+def _make_demo_overrides() -> list[str]:
+    """The `arborl train` overrides of `make demo` (the Makefile's DEMO variable)."""
+    text = (Path(__file__).parents[2] / "Makefile").read_text().replace("\\\n", " ")
+    line = next(ln for ln in text.splitlines() if ln.startswith("DEMO :="))
+    return line.split(":=", 1)[1].split()
+
+
+def test_make_demo_recipe_at_toy_size_on_twx_coin_in_subprocess_mode(tmp_path, monkeypatch, capsys):
+    """`make demo`'s own overrides (scoring the valid actions), shrunk by TOY: it trains,
+    and the console ends with the random policy and oracle on the same tasks."""
     set_up("twx", monkeypatch)
-    _check_run(_train(tmp_path, "twx", "env=twx_coin"))
+    demo = _make_demo_overrides()
+    assert "env=twx_coin" in demo and "agent.action_mode=score" in demo
+    args = ["train", *demo, *TOY, "trainer.report=true", f"trainer.output_dir={tmp_path}"]
+    assert main([*args, "trainer.name=twx"]) == 0
+    recs = read_metrics(tmp_path / "twx" / "metrics.jsonl")
+    _check_run(recs)
+    steps = [r for r in recs if "train/success" in r]
+    assert all(r["train/invalid_rate"] == 0.0 for r in steps)  # chosen from the list
     out = capsys.readouterr().out
     assert "held-out success before RL" in out and "RL gain on the same tasks" in out
+    base = json.loads((tmp_path / "twx" / "baselines.json").read_text())
+    assert base["oracle"]["success_rate"] == 1.0
+    assert f"random policy {base['random']['success_rate']:.3f}" in out
+    assert "oracle 1.000" in out and "for scale, same tasks" in out
 
 
 def test_train_with_sft_warm_start_on_babyai_in_http_mode(tmp_path, monkeypatch):
