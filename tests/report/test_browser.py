@@ -1,75 +1,33 @@
 """report.html in a real browser: headless Chromium (Debian's `chromium` and
 `chromium-driver`) driven by Selenium.
 
-The `browser` fixture finds the system Chromium; on a fresh machine where it is missing
-and the user is root it installs it with apt-get, otherwise it fails saying what to
-install (never a silent skip: a report nobody can open is a failure). Checked: no console
-errors, every chart drawn with the expected number of series, the episode filters, and a
-screenshot saved.
+The `browser` fixture (arborl/report/browser.py, shared with tools/screenshot_report.py)
+finds the system Chromium; on a fresh machine where it is missing and the user is root it
+installs it with apt-get, otherwise it fails saying what to install (never a silent skip:
+a report nobody can open is a failure). Checked: no console errors, every chart drawn with
+the expected number of series, the episode filters, a screenshot saved, and the
+screenshot tool's PNGs and refusals.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
 import re
-import shutil
-import subprocess
+import struct
+from pathlib import Path
 
 import pytest
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-DRIVERS = ("chromedriver",)
-APT = ["chromium", "chromium-driver"]
-
-
-def _find(names) -> str | None:
-    for n in names:
-        path = shutil.which(n) or (f"/usr/bin/{n}" if os.path.exists(f"/usr/bin/{n}") else None)
-        if path:
-            return path
-    return None
-
-
-def locate_chromium() -> tuple[str, str]:
-    """(browser, driver) paths, installing Debian's packages first if they are missing."""
-    browser, driver = _find(BROWSERS), _find(DRIVERS)
-    if browser and driver:
-        return browser, driver
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.fail(
-            "the browser test needs headless Chromium and its driver: run "
-            f"`sudo apt-get install -y {' '.join(APT)}` (Debian/Ubuntu) or put `chromium` "
-            "and `chromedriver` on PATH"
-        )
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", *APT]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=True)
-        done = subprocess.run(install, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.fail(f"`{' '.join(install)}` failed: {done.stderr[-2000:]}")
-    browser, driver = _find(BROWSERS), _find(DRIVERS)
-    assert browser and driver, f"installed {APT} but found no chromium/chromedriver on PATH"
-    return browser, driver
 
 
 @pytest.fixture(scope="session")
 def browser():
+    from arborl.report.browser import BrowserError, start_chromium
+
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.fail("selenium is missing: `pip install -e .[dev]` (it is in the dev extra)")
-    binary, driver = locate_chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        opts.add_argument(arg)
-    opts.add_argument("--window-size=1400,1000")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(options=opts, service=Service(driver))
-    d.set_page_load_timeout(60)
+        d = start_chromium(1400, 1000, install=True)
+    except BrowserError as e:
+        pytest.fail(str(e))
     yield d
     d.quit()
 
@@ -79,9 +37,10 @@ def _count(d, css: str) -> int:
 
 
 def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None:
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import Select
 
     from arborl.report import write_report
+    from arborl.report.browser import console_errors, wait_until_drawn
 
     (runs[0] / "trees").mkdir()
     (runs[0] / "trees" / "t.html").write_text("<html><body><ul><li>root</li></ul></body></html>")
@@ -89,11 +48,8 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
     html = out.read_text()
     data = json.loads(re.search(r'id="report-data">(.*?)</script>', html, re.S).group(1))
     browser.get(out.resolve().as_uri())
-    WebDriverWait(browser, 30).until(
-        lambda d: d.execute_script("return document.body.dataset.ready")
-    )
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert errors == []
+    wait_until_drawn(browser)
+    assert console_errors(browser) == []
     # every chart drawn: one Plotly div each, with its traces as SVG groups
     assert _count(browser, ".chart.js-plotly-plot") == len(data["charts"])
     # held-out success: 2 runs + random + oracle (same env: drawn once)
@@ -124,17 +80,14 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
 def test_hostile_text_and_non_finite_numbers_render_in_chromium(browser, tmp_path) -> None:
     """The review's blank pages: `<!--` ... `<script` in episode text and NaN / Infinity in
     a trajectory each left the page without charts or episodes."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
     from arborl.report import write_report
+    from arborl.report.browser import console_errors, wait_until_drawn
     from tests.report.conftest import HOSTILE_TEXT, make_hostile_run
 
     out = write_report([make_hostile_run(tmp_path)])
     browser.get(out.resolve().as_uri())
-    WebDriverWait(browser, 30).until(
-        lambda d: d.execute_script("return document.body.dataset.ready")
-    )
-    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    wait_until_drawn(browser)
+    assert console_errors(browser) == []
     assert _count(browser, "script") == 3  # the data block swallowed none of the scripts
     data = browser.execute_script("return JSON.parse(document.getElementById('report-data').text)")
     assert _count(browser, ".chart.js-plotly-plot") == len(data["charts"]) > 5
@@ -146,3 +99,63 @@ def test_hostile_text_and_non_finite_numbers_render_in_chromium(browser, tmp_pat
     assert HOSTILE_TEXT["observation"] in cells and HOSTILE_TEXT["action"] in cells
     assert HOSTILE_TEXT["response"] in cells and "NaN" in cells  # the reward, by name
     assert hostile.find_element("css selector", "p.instr").text == HOSTILE_TEXT["instruction"]
+
+
+def _load_tool():
+    """tools/screenshot_report.py, a script outside the package, loaded by path."""
+    path = Path(__file__).resolve().parents[2] / "tools" / "screenshot_report.py"
+    spec = importlib.util.spec_from_file_location("screenshot_report", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_screenshot_tool_writes_pngs_of_the_asked_size(runs, tmp_path, capsys) -> None:
+    from arborl.report import write_report
+
+    tool = _load_tool()
+    report = write_report(list(runs), tmp_path / "cmp.html")
+    top, pairs = tmp_path / "shots" / "report.png", tmp_path / "shots" / "episodes.png"
+    args = [str(report), "--out", str(top), "--out-episodes", str(pairs), "--width", "1000"]
+    assert tool.main([*args, "--height", "700", "--section", "sec-Rewards"]) == 0
+    assert _png_size(top) == _png_size(pairs) == (1000, 700)
+    assert top.read_bytes() != pairs.read_bytes()  # two places on the page
+    assert f"wrote {pairs}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"missing.html does not exist: write it first with "):
+        tool.main([str(tmp_path / "missing.html"), "--out", str(top)])
+
+
+def test_screenshot_tool_refuses_console_errors_and_unknown_sections(
+    browser, runs, tmp_path
+) -> None:
+    """On the module's browser: the checks before a picture is written."""
+    from arborl.report import write_report
+    from arborl.report.browser import BrowserError
+
+    tool = _load_tool()
+    report = write_report([runs[0]], tmp_path / "r.html")
+    out = tmp_path / "r.png"
+    args = tool.parse_args([str(report), "--out", str(out), "--section", "#nope"])
+    with pytest.raises(BrowserError, match=r"no element matches --section '#nope'; the page has "):
+        tool.screenshot_report(browser, args)
+    # the pairs' heading ends up just under the sticky filter bar, not hidden by it
+    tool.scroll_to(browser, tool.EPISODES_SECTION)
+    heading, bar = (
+        browser.execute_script(f"return document.querySelector({css!r}).getBoundingClientRect()")
+        for css in (tool.EPISODES_SECTION, ".filters")
+    )
+    assert bar["top"] == 0 and bar["bottom"] - 1 <= heading["top"] < bar["bottom"] + 5  # sub-pixel
+    broken = tmp_path / "broken.html"
+    broken.write_text(
+        report.read_text().replace("<h1>", "<script>throw Error('boom')</script><h1>", 1)
+    )
+    args = tool.parse_args([str(broken), "--out", str(out)])
+    with pytest.raises(BrowserError, match=r"logs 1 console error\(s\):\n  .*Uncaught Error: boom"):
+        tool.screenshot_report(browser, args)
+    assert not out.exists()
