@@ -12,7 +12,7 @@ from arborl.train.config import load_train_config
 
 
 def test_the_demo_env_keeps_its_kwargs_and_only_it():
-    # `make demo` = `arborl train`: Maze with one-letter moves, as before
+    # `make demo-maze` = `arborl train`: Maze with one-letter moves, as before
     cfg = load_train_config([])
     assert (cfg.env.id, cfg.env.kwargs) == ("arborl/Maze-v0", {"short_actions": True})
     # a knob of the demo's maze adds to the demo's kwargs
