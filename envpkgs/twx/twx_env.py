@@ -76,7 +76,7 @@ class TWXEnv(ReplaySnapshot, TextEnv):
     game = ""
     params = ""
     action_format = "one of the valid actions"
-    _state_attrs = ("score", "valid_actions", "success", "tree_digest", "gold")
+    _state_attrs = ("score", "valid_actions", "success", "state_digest", "gold")
 
     def __init__(self, split: str = "train", max_turns: int | None = None) -> None:
         if split not in FOLDS:
@@ -85,7 +85,7 @@ class TWXEnv(ReplaySnapshot, TextEnv):
         self.split = split
         self._jvm = _open_game(10_000)  # arborl's turn limit ends episodes, not the game's
         self._loaded: tuple[str, str] | None = None  # the (game, params) self._jvm holds
-        self.score, self.valid_actions, self.success, self.tree_digest = 0.0, [], False, ""
+        self.score, self.valid_actions, self.success, self.state_digest = 0.0, [], False, ""
         self.gold: list[str] = []
 
     def _seeds(self, split: str) -> list[int]:
@@ -127,8 +127,12 @@ class TWXEnv(ReplaySnapshot, TextEnv):
         self.success = bool(infos["tasksuccess"])
         self.failure = bool(infos["taskfailure"])
         self.valid_actions = sorted(infos["validActions"])
-        tree = self._jvm.getObjectTree()
-        self.tree_digest = hashlib.sha256(str(tree).encode()).hexdigest()[:16]
+        # The anchor (GiGPO's step groups, search's merging of equal states) is what the
+        # player can know of the state: the room as `look` describes it, the inventory and
+        # the valid actions. (`getObjectTree()` returns {} for these games: a digest of it
+        # gave every state of every game one anchor.)
+        state = "\n".join([infos["look"], infos["inventory"], *self.valid_actions])
+        self.state_digest = hashlib.sha256(state.encode()).hexdigest()[:16]
 
     def _act(self, action: str):
         action = action.strip()
@@ -142,7 +146,7 @@ class TWXEnv(ReplaySnapshot, TextEnv):
         return self.description
 
     def _anchor(self):
-        return self.tree_digest
+        return f"{self._task_id(self.task)}:{self.state_digest}"
 
     def _won(self) -> bool:
         return self.success

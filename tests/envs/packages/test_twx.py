@@ -39,6 +39,12 @@ for name in FAMILIES:
 env = t.CoinCollectorEnv()
 obs, info = env.reset(seed=1)
 first = info["anchor"]
+back = {"north": "south", "south": "north", "east": "west", "west": "east"}
+go = next(a for a in info["available_actions"] if a.startswith("move "))
+moved = env.step(go)[4]["anchor"]  # another room: another anchor
+returned = env.step("move " + back[go.split()[1]])[4]["anchor"]  # the first room again
+anchors = {"moved_differs": moved != first, "returned_same": returned == first}
+env.reset(seed=1)
 env.step(info["available_actions"][0])
 snap = env.snapshot()
 a = env.step("look around")
@@ -48,7 +54,8 @@ bad = env.step("fly away")
 env.reset(seed=1)
 print(json.dumps({"wins": wins, "folds": folds, "overlap": overlap, "replay": a[0] == b[0]
                   and a[4]["anchor"] == b[4]["anchor"], "anchor_again": env._anchor() == first,
-                  "bad_valid": bad[4]["valid_action"], "actions": info["available_actions"]}))
+                  "bad_valid": bad[4]["valid_action"], "actions": info["available_actions"],
+                  **anchors}))
 """.replace("FAMILIES", repr(FAMILIES))
 
 
@@ -92,6 +99,9 @@ def test_gold_oracle_folds_replay_and_anchor(twx):
     assert r["wins"] == {name: 3 for name in FAMILIES}  # gold paths solve every family
     assert r["folds"] == [1000, 1000, 1000] and r["overlap"] == 0  # the official seed folds
     assert r["replay"] and r["anchor_again"] and r["bad_valid"] is False
+    # the anchor is the state: another room differs, the same room again is equal (it was
+    # one constant for every state while it hashed TWX's empty object tree)
+    assert r["moved_differs"] and r["returned_same"]
     assert r["actions"] == sorted(r["actions"]) and "look around" in r["actions"]
 
 
