@@ -94,7 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "own SFT start) or a policy folder / model name every run starts RL from",
     )
     p.add_argument(
-        "--sft", nargs="+", metavar="OVERRIDE", help="overrides of the SFT start runs only"
+        "--sft",
+        nargs="+",
+        metavar="OVERRIDE",
+        help="overrides of the SFT start runs only: sft.*, model.*, trainer.* (what every run "
+        "needs, e.g. env=NAME, goes before --sft and --arm)",
     )
     p.add_argument(
         "--pair",

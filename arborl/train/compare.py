@@ -104,6 +104,8 @@ class CompareConfig:
         refused = GRID_KEYS if own_model else (*GRID_KEYS, "model.name_or_path")
         check_keys(self.base, f"{prefix}.base", refused)
         check_keys(self.sft, f"{prefix}.sft", GRID_KEYS)
+        if self.start == "sft":
+            check_start_only(self.sft, f"{prefix}.sft")
         if self.sft and not own_model:
             raise ConfigError(
                 f"{prefix}.sft={self.sft} but start={self.start!r} trains no SFT: drop them, "
@@ -128,6 +130,25 @@ def check_keys(overrides: list[str], path: str, refused: tuple[str, ...]) -> Non
             if hit == "sft":
                 why += ": put it in the grid's sft list, or give each run its own: start=own"
             raise ConfigError(f"{path}[{i}]={item!r}: {hit} is not set here ({why})")
+
+
+SFT_ONLY_KEYS = ("sft", "model", "trainer")
+"""What the sft list may set with start=sft: the SFT runs' own settings, the model they start
+from and how they run. Anything else (env, agent, rollout, ...) would reach the SFT starts
+but not the RL runs, which would then run with its default."""
+
+
+def check_start_only(overrides: list[str], path: str) -> None:
+    """Fail naming the first override of the sft list that the RL runs would not get."""
+    for i, item in enumerate(overrides):
+        key = item.split("=", 1)[0].strip()
+        if key.split(".", 1)[0] not in SFT_ONLY_KEYS:
+            raise ConfigError(
+                f"{path}[{i}]={item!r}: the sft list reaches only the SFT starts, so the RL "
+                f"runs would not get {key} (they would run with its default); put it in base "
+                "(on the command line: before --sft and --arm) so that every run gets it. "
+                f"The sft list takes {', '.join(k + '.*' for k in SFT_ONLY_KEYS)}"
+            )
 
 
 @dataclass

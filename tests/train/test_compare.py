@@ -153,6 +153,17 @@ def test_a_folder_another_trainer_holds_is_left_alone(tmp_path):
         ({"arms": {"a": ["sft.steps=5"]}, "start": "own"}, None),
         ({"arms": {"a": []}, "base": ["trainer.seed=1"]}, "the grid sets it"),
         ({"arms": {"a": []}, "start": "runs/x/policy", "sft": ["sft.steps=1"]}, "trains no SFT"),
+        # env=... after --sft on the command line: the RL runs would run the default env
+        ({"arms": {"a": []}, "sft": ["sft.steps=1", "env=babyai"]}, r"sft\[1\]='env=babyai'.*base"),
+        ({"arms": {"a": []}, "sft": ["agent.max_obs_chars=null"]}, "before --sft and --arm"),
+        (
+            {
+                "arms": {"a": []},
+                "sft": ["sft.lr=1e-3", "model.name_or_path=x", "trainer.num_threads=1"],
+            },
+            None,
+        ),
+        ({"arms": {"a": []}, "sft": ["env=babyai"], "start": "own"}, None),
         ({"arms": {"a": []}, "pairs": [["a", "b"]]}, "not two of the arms"),
         ({"arms": {"sft": []}}, "cannot name a run folder"),
         ({"arms": {}}, "arms is empty"),
