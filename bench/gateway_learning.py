@@ -11,16 +11,18 @@ unmodified against arborl's gateway.
    then the tool's result); the recorded (prompt ids, response ids) of each call are the
    SFT rows, so the policy learns the tool-calling format on exactly the prompts the
    gateway will show it. `--sft-steps` optimizer steps: the start should succeed
-   sometimes, not always, so that GRPO groups have a signal (docs/BENCHMARKS.md has what
+   sometimes, not always, so that RL groups have a signal (docs/BENCHMARKS.md has what
    each task's start does).
-2. **RL** (`arborl train rollout.mode=agent`, one `arborl compare` grid with the SFT policy
-   as its start): before RL and after it, the agent runs on the same `--eval-episodes`
+2. **RL** (`arborl train rollout.mode=agent`, `--algo`: RAFT by default, which learned on
+   every seed where GRPO did not; one `arborl compare` grid with the SFT policy as its
+   start): before RL and after it, the agent runs on the same `--eval-episodes`
    held-out tasks (test split, `eval.seed` fixed) with the same sampling seed, so the gain
    is paired per task; `summary.json`'s `gain` is its mean with a paired 95% interval, and
    with several `--seeds` the grid adds the t interval over seeds. Stats, tables and
    resuming are the library's (`arborl.train.compare`, `arborl.report.compare`).
 
     python bench/gateway_learning.py                 # the documented run (docs/BENCHMARKS.md)
+    python bench/gateway_learning.py --algo grpo     # the same with GRPO
     python bench/gateway_learning.py --quick         # toy size, what tests/bench runs
     python bench/gateway_learning.py --task easycalc # the calculator task that did not learn
 
@@ -168,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-steps", type=int, default=40, help="RL steps (GRPO)")
     p.add_argument("--num-tasks", type=int, default=16, help="tasks per RL step")
     p.add_argument("--group-size", type=int, default=4, help="agent runs per task (GRPO group)")
-    p.add_argument("--algo", default="grpo", help="RL algorithm (`algo=NAME`), e.g. raft")
+    p.add_argument("--algo", default="raft", help="RL algorithm (`algo=NAME`), e.g. grpo")
     p.add_argument("--lr", type=float, default=1e-3, help="RL learning rate")
     p.add_argument(
         "--seeds", nargs="+", type=int, default=[0, 1, 2], help="RL seeds (one run each)"

@@ -30,4 +30,4 @@ def test_gateway_learning_bench_writes_its_json(tmp_path):
     assert run["before"]["episodes"] == run["after"]["episodes"] == 4
     assert run["gain"] == pytest.approx(run["after"]["success"] - run["before"]["success"])
     assert run["gain_lo"] <= run["gain"] <= run["gain_hi"]
-    assert doc["summary"][0]["arm"] == "grpo"
+    assert doc["summary"][0]["arm"] == "raft"
