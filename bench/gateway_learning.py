@@ -142,7 +142,7 @@ def sft_start(args: argparse.Namespace) -> Path:
 
 
 def grid(args: argparse.Namespace, policy: Path) -> CompareConfig:
-    """One arm (GRPO through the gateway) on every seed, from the SFT policy."""
+    """One arm (`--algo` through the gateway) on every seed, from the SFT policy."""
     base = [*task_settings(args), f"eval.num_episodes={args.eval_episodes}",
             f"eval.seed={args.eval_seed}", f"rollout.num_tasks={args.num_tasks}",
             f"rollout.group_size={args.group_size}", f"trainer.total_steps={args.rl_steps}",
@@ -167,9 +167,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-batch", type=int, default=16, help="SFT rows per step")
     p.add_argument("--sft-lr", type=float, default=1e-2, help="SFT peak learning rate")
     p.add_argument("--sft-seed", type=int, default=0, help="seed of the demo tasks and batches")
-    p.add_argument("--rl-steps", type=int, default=40, help="RL steps (GRPO)")
+    p.add_argument("--rl-steps", type=int, default=40, help="RL steps")
     p.add_argument("--num-tasks", type=int, default=16, help="tasks per RL step")
-    p.add_argument("--group-size", type=int, default=4, help="agent runs per task (GRPO group)")
+    p.add_argument("--group-size", type=int, default=4, help="agent runs per task (its group)")
     p.add_argument("--algo", default="raft", help="RL algorithm (`algo=NAME`), e.g. grpo")
     p.add_argument("--lr", type=float, default=1e-3, help="RL learning rate")
     p.add_argument(
