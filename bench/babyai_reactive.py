@@ -28,7 +28,7 @@ from typing import Any
 
 MISSION = re.compile(r"Mission: go to (?:a|the) (\w+) (\w+)")
 SEEN = re.compile(
-    r"an? (\w+) (\w+) ((?:\d+ steps? forward)?(?: and )?(?:\d+ steps? to the (?:left|right))?)[;.]"
+    r"an? (?:(?:open|closed|locked) )?(\w+) (\w+) ((?:\d+ steps? forward)?(?: and )?(?:\d+ steps? to the (?:left|right))?)[;.]"
 )
 FORWARD = re.compile(r"(\d+) steps? forward")
 SIDE = re.compile(r"(\d+) steps? to the (left|right)")
@@ -37,7 +37,8 @@ EXPLORE = ("turn left", "turn right", "move forward", "move forward")
 
 def targets(observation: str) -> list[tuple[int, int]]:
     """(steps forward, steps right; left is negative) of each seen object the mission
-    names, from the text view; empty when none is in sight."""
+    names, from the text view (a door by its colour, whatever its state); empty when none
+    is in sight."""
     m = MISSION.search(observation)
     if m is None:
         raise ValueError(f"not a GoTo observation (no 'Mission: go to ...'): {observation[:80]!r}")

@@ -27,6 +27,8 @@ def test_targets_are_the_missions_objects_only_with_their_offsets():
     assert br.targets("Mission: go to a red box\nYou see a red box 2 steps to the left.") == [
         (0, -2)
     ]
+    door = "Mission: go to the red door\nYou see a closed red door 3 steps forward; a red key 1 step to the left."
+    assert br.targets(door) == [(3, 0)]
     with pytest.raises(ValueError, match="not a GoTo observation"):
         br.targets("Mission: pick up the red box\nYou see no objects.")
 
