@@ -13,9 +13,10 @@ torch.set_num_threads(1)
 
 @pytest.fixture
 def wait_for_health():
-    """`wait(proc, url)`: poll `url/health` until 200; fail if `proc` dies or 60 s pass."""
+    """`wait(proc, url)`: poll `url/health` until 200; fail if `proc` dies or 180 s pass
+    (a server imports torch and builds its model first: ~10 s quiet, a minute at load 6)."""
 
-    def wait(proc, url: str, timeout_s: float = 60.0) -> None:
+    def wait(proc, url: str, timeout_s: float = 180.0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:

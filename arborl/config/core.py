@@ -240,8 +240,24 @@ def _fill_section_defaults(f: dataclasses.Field, tp: Any, value: Any) -> Any:
     return {**missing, **value}
 
 
+def _check_keys(cls: type, data: Any, prefix: str) -> None:
+    """Every key of `data` (and of its nested sections) is a field of `cls`: a typo fails
+    before any value check, some of which import a registry's module (and torch)."""
+    if not isinstance(data, dict):
+        return
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in names:
+            raise _unknown_key(cls, key, prefix)
+        if dataclasses.is_dataclass(hints[key]):
+            _check_keys(hints[key], value, f"{prefix}{key}.")
+
+
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Build dataclass `cls` from a (nested) mapping, checking every key and value."""
+    if not prefix:
+        _check_keys(cls, data, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}

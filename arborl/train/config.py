@@ -444,8 +444,14 @@ def load_train_config(
     config_dir: str | Path | None = None,
 ) -> TrainConfig:
     """Defaults <- files <- group selections <- dotted overrides, all checked."""
-    from arborl.train.advantages import algorithm_defaults
     from arborl.train.env_configs import DEFAULT_ENV_GROUP, chooses_env, load_env_group
+
+    def algorithm_defaults(name: str) -> dict | None:
+        # imported on use: the algorithm records import torch, and a bad key should fail
+        # before that (in well under a second)
+        from arborl.train.advantages import algorithm_defaults
+
+        return algorithm_defaults(name)
 
     config_dir = Path(config_dir or CONFIG_DIR)
     groups = {

@@ -291,3 +291,29 @@ def test_partial_section_override_keeps_the_parents_section_defaults() -> None:
     # an explicit value still wins, and a section given in full is left as given
     cfg = load_config(TrainConfig, ["rollout.num_tasks=4", "rollout.group_size=2"])
     assert (cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (2, 8)
+
+
+def test_a_bad_train_key_fails_before_torch_is_imported() -> None:
+    """`arborl train` checks its config before anything heavy: a typo fails in a fraction
+    of a second, not after torch's import (the algorithm records import torch, and only
+    `algo=NAME` needs them)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        "from arborl.config import ConfigError\n"
+        "from arborl.train.config import load_train_config\n"
+        "try:\n"
+        "    load_train_config(['trainer.totl_steps=3'])\n"
+        "    err = ''\n"
+        "except ConfigError as e:\n"
+        "    err = str(e)\n"
+        "print(json.dumps({'err': err, 'torch': 'torch' in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "trainer.totl_steps" in result["err"] and "total_steps" in result["err"]
+    assert result["torch"] is False
