@@ -5,6 +5,7 @@
         --start runs/warm/checkpoints/sft/policy --out runs/cmp-lr
     arborl compare --out runs/cmp-lr            # resume (or re-collect) that grid
     arborl compare --config grid.yaml --collect # tabulate what exists, run nothing
+    arborl compare --out runs/cmp-lr --jobs 2   # two cells at once, as child processes
 
 The grid logic is `arborl.train.compare`; this module only turns flags into its config.
 """
@@ -12,6 +13,7 @@ The grid logic is `arborl.train.compare`; this module only turns flags into its 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -50,7 +52,14 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         cfg = from_dict(CompareConfig, grid_data(args), prefix="compare.")
-        result = run_grid(cfg, args.fresh, args.replace, collect_only=args.collect)
+        result = run_grid(
+            cfg,
+            args.fresh,
+            args.replace,
+            collect_only=args.collect,
+            echo=functools.partial(print, flush=True),  # each line as it happens, in a pipe too
+            jobs=args.jobs,
+        )
     except (ConfigError, GridConflict, RunDirBusy) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -58,7 +67,28 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(cfg.out)
     print(f"\nwrote {out / 'comparison.json'}, {out / 'comparison.txt'}", end="")
     print(f" and {out / 'report.html'}" if (out / "report.html").exists() else "")
-    return 0
+    return _failures(result, out)
+
+
+def _failures(result: dict, out: Path) -> int:
+    """1 after naming the cells whose run failed (--jobs N) and the ones not run for it,
+    else 0."""
+    from arborl.train.compare_jobs import LOG_FILE
+
+    failed = [c["run"] for c in result["cells"] if c["status"] == "failed"]
+    if not failed:
+        return 0
+    for run in failed:
+        print(f"error: cell {run} failed, see {out / run / LOG_FILE}", file=sys.stderr)
+    skipped = [c["run"] for c in result["cells"] if c["status"] == "skipped"]
+    if skipped:
+        print(f"not run, as their SFT start failed: {', '.join(skipped)}", file=sys.stderr)
+    print(
+        f"the comparison leaves them out; fix the cause and run `arborl compare --out {out}` "
+        "again to run them (finished cells are kept)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,4 +151,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rerun the cells whose folder holds a run of other settings (deleting it)",
     )
     p.add_argument("--fresh", action="store_true", help="rerun every cell from scratch")
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run up to N cells at once, each as its own process (its output in "
+        "<out>/<cell>/compare.log), an RL cell after its seed's SFT start; a failed cell "
+        "leaves the others running, and the command then exits 1. Each run keeps its "
+        "trainer.num_threads (default 1: N runs use N cores), and a warning says when N "
+        "runs ask for more threads than there are cores. Default 1: one cell after "
+        "another, in this process",
+    )
     p.set_defaults(func=_run)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: give 1 or more")
+    return value

@@ -9,7 +9,9 @@ paired. (start=own lets each run train its own SFT warm start, for arms that cha
 arms with the same SFT settings still share a start, the others are paired only with
 their own start.) Overrides that would break the pairing are refused before any work. The numbers
 (gains with t intervals over seeds, paired differences, curves) are
-`arborl.report.compare`'s; this module owns the grid.
+`arborl.report.compare`'s; this module owns the grid, and `compare_jobs` how a cell runs:
+in this process, one after another, or (`jobs` > 1) as up to that many child processes
+at once, each RL cell after its seed's SFT start.
 
 Resuming: each run folder gets `compare_cell.json` (arm, seed, settings) before its run
 starts, and running the grid again
@@ -22,11 +24,14 @@ starts, and running the grid again
   in parallel into one folder; a last call collects them all);
 - refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
   deleting the folder) or `fresh` (rerun every cell).
+A cell whose child process failed (`jobs` > 1) is left out of the comparison, and so are
+the RL cells of a seed whose SFT start failed (not run); the next call reruns them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -38,6 +43,7 @@ from typing import Any
 
 from arborl.config import ConfigError, dump_yaml, to_dict
 from arborl.report.compare import CELL_FILE, EVAL_KEYS, SEED_KEYS
+from arborl.train.compare_jobs import Job, run_cell, run_jobs
 
 GRID_KEYS = (*SEED_KEYS, "trainer.name", "trainer.output_dir", "trainer.resume", "sft.enabled")
 """Settings the grid sets in every run itself (no arm, `base` or `sft` may)."""
@@ -49,6 +55,12 @@ LEFT = {
     "busy": ": another process trains it",
     "blocked": ": its SFT start is still being trained by another process",
 }
+LEFT_ALONE = ("done", "busy", "blocked")
+"""Statuses of the cells a call does not run (collected as they are)."""
+NOT_COMPARED = ("conflict", "failed", "skipped")
+"""Statuses of the cells left out of the comparison: a run of other settings, a crashed
+run (--jobs N), and a run whose SFT start did not finish (its folder, if any, holds a run
+from the old start)."""
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 
 
@@ -253,18 +265,87 @@ def plan_statuses(
     return status
 
 
-def run_cell(kind: str, overrides: list[str]) -> dict:
-    """Run one cell in this process: `arborl sft` or `arborl train` with `overrides`."""
-    from arborl.train.config import load_train_config
+def start_cell(
+    cfg: CompareConfig, cell: Cell, status: str, echo: Callable[[str], None]
+) -> list[str]:
+    """Ready `cell`'s folder for its run and print its start line: a "rerun" deletes the
+    folder, a "resume" continues it with `trainer.resume=auto`, and the marker is written
+    before the run starts. Returns the run's overrides."""
+    overrides = cell_overrides(cfg, cell)
+    path = Path(cfg.out) / cell.name
+    if status == "rerun":
+        shutil.rmtree(path)
+    if status == "resume":
+        overrides.append("trainer.resume=auto")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CELL_FILE).write_text(json.dumps(cell.marker(cfg.start)))
+    command = "sft" if cell.kind == "sft" else "train"
+    echo(f"[{cell.name}] {status}: arborl {command} {shlex.join(overrides)}")
+    return overrides
 
-    cfg = load_train_config(overrides)
-    if kind == "sft":
-        from arborl.train.sft import sft_job
 
-        return sft_job(cfg)
-    from arborl.train.rl import RLTrainer
+def run_here(cfg: CompareConfig, cell: Cell, status: str, echo: Callable[[str], None]) -> str:
+    """Run `cell` in this process (--jobs 1); its status after: "aborted" for a diverged
+    run (a result: shown, not fatal), else `status`. Any other error stops the grid."""
+    from arborl.train.rl import TrainingAborted
 
-    return RLTrainer(cfg).fit()
+    overrides = start_cell(cfg, cell, status, echo)
+    t0 = time.perf_counter()
+    try:
+        run_cell(cell.kind, overrides)
+    except TrainingAborted as e:
+        echo(f"[{cell.name}] aborted: {e}")
+        return "aborted"
+    echo(f"[{cell.name}] finished in {time.perf_counter() - t0:.0f} s")
+    return status
+
+
+def run_in_processes(
+    cfg: CompareConfig,
+    cells: list[Cell],
+    statuses: list[str],
+    jobs: int,
+    echo: Callable[[str], None],
+) -> list[str]:
+    """Run the cells to run as child processes, `jobs` at a time (`compare_jobs`), each RL
+    cell after its seed's SFT start if that runs too. Returns the statuses after: a
+    cell's own, or "aborted", "failed" or "skipped" (its start did not finish)."""
+    todo = [i for i, s in enumerate(statuses) if s not in LEFT_ALONE]
+    sft_runs = {cells[i].seed: cells[i].name for i in todo if cells[i].kind == "sft"}
+    batch = [
+        Job(
+            cells[i].name,
+            cells[i].kind,
+            Path(cfg.out) / cells[i].name,
+            start=lambda i=i: start_cell(cfg, cells[i], statuses[i], echo),
+            after=sft_runs.get(cells[i].seed) if cells[i].kind == "rl" else None,
+        )
+        for i in todo
+    ]
+    outcome = run_jobs(batch, jobs, echo)
+    after = list(statuses)
+    for i in todo:
+        if outcome[cells[i].name] != "finished":
+            after[i] = outcome[cells[i].name]
+    return after
+
+
+def warn_threads(configs: list[Any], jobs: int, echo: Callable[[str], None]) -> None:
+    """Warn once when `jobs` runs at `trainer.num_threads` threads each (`configs`: those
+    of the cells to run) ask for more threads than this machine has cores. The thread
+    count is left as the grid sets it: it is part of what a run computes
+    (docs/training.md, "Reproducibility")."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    # None: torch's default, about every core
+    per_run = max((c.trainer.num_threads or cores for c in configs), default=1)
+    if jobs > 1 and jobs * per_run > cores:
+        echo(
+            f"warning: --jobs {jobs} runs {jobs} cells at once with up to {per_run} torch "
+            f"threads each (trainer.num_threads), {jobs * per_run} threads on {cores} cores: "
+            "they will slow each other down. Use fewer jobs, or trainer.num_threads=1 (the "
+            "default) in the grid's overrides"
+        )
 
 
 def run_grid(
@@ -273,14 +354,19 @@ def run_grid(
     replace: bool = False,
     collect_only: bool = False,
     echo: Callable[[str], None] = print,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Run (or with `collect_only`, only read) the grid `cfg`, as the module docstring
-    says, then write and return its comparison (`collect`)."""
+    says, then write and return its comparison (`collect`). `jobs` > 1 runs up to that
+    many cells at once, as child processes (`run_in_processes`); 1 runs them here, one
+    after another."""
     from arborl.train.config import load_train_config
 
+    if jobs < 1:
+        raise ConfigError(f"jobs={jobs}: give 1 (one cell at a time) or more")
     cells = plan_grid(cfg)
-    for c in cells:  # every run's config is checked before any work
-        load_train_config(cell_overrides(cfg, c))
+    # every run's config is checked before any work
+    configs = [load_train_config(cell_overrides(cfg, c)) for c in cells]
     out = Path(cfg.out)
     if collect_only:
         statuses = []
@@ -290,34 +376,18 @@ def run_grid(
             except GridConflict as e:
                 echo(f"skipped: {e}")
                 statuses.append("conflict")
-    else:
-        from arborl.train.rl import TrainingAborted
-
-        statuses = plan_statuses(cfg, cells, fresh, replace)
-        out.mkdir(parents=True, exist_ok=True)
-        dump_yaml(cfg, out / "grid.yaml")
-        for i, c in enumerate(cells):
-            if statuses[i] in ("done", "busy", "blocked"):
-                echo(f"[{c.name}] {statuses[i]}" + LEFT.get(statuses[i], ""))
-                continue
-            overrides = cell_overrides(cfg, c)
-            path = out / c.name
-            if statuses[i] == "rerun":
-                shutil.rmtree(path)
-            if statuses[i] == "resume":
-                overrides.append("trainer.resume=auto")
-            path.mkdir(parents=True, exist_ok=True)
-            (path / CELL_FILE).write_text(json.dumps(c.marker(cfg.start)))
-            command = "sft" if c.kind == "sft" else "train"
-            echo(f"[{c.name}] {statuses[i]}: arborl {command} {shlex.join(overrides)}")
-            t0 = time.perf_counter()
-            try:
-                run_cell(c.kind, overrides)
-            except TrainingAborted as e:  # a diverged run is a result: shown, not fatal
-                statuses[i] = "aborted"
-                echo(f"[{c.name}] aborted: {e}")
-                continue
-            echo(f"[{c.name}] finished in {time.perf_counter() - t0:.0f} s")
+        return collect(cfg, cells, statuses)
+    statuses = plan_statuses(cfg, cells, fresh, replace)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, out / "grid.yaml")
+    warn_threads([c for c, s in zip(configs, statuses) if s not in LEFT_ALONE], jobs, echo)
+    for i, c in enumerate(cells):
+        if statuses[i] in LEFT_ALONE:
+            echo(f"[{c.name}] {statuses[i]}" + LEFT.get(statuses[i], ""))
+        elif jobs == 1:
+            statuses[i] = run_here(cfg, c, statuses[i], echo)
+    if jobs > 1:
+        statuses = run_in_processes(cfg, cells, statuses, jobs, echo)
     return collect(cfg, cells, statuses)
 
 
@@ -330,7 +400,7 @@ def collect(cfg: CompareConfig, cells: list[Cell], statuses: list[str]) -> dict[
 
     out = Path(cfg.out)
     have = [(c, s) for c, s in zip(cells, statuses) if (out / c.name / CELL_FILE).exists()]
-    runs = [load_run(out / c.name) for c, s in have if c.kind == "rl" and s != "conflict"]
+    runs = [load_run(out / c.name) for c, s in have if c.kind == "rl" and s not in NOT_COMPARED]
     pairs = [(a, b) for a, b in cfg.pairs] or None
     result = compare_runs(runs, pairs, cfg.level)
     starts = []

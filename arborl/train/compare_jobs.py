@@ -1,0 +1,145 @@
+"""How the cells of an `arborl compare` grid run: in this process (`run_cell`, --jobs 1) or
+as child processes, at most N at a time (`run_jobs`, --jobs N).
+
+Why processes: a toy-size run is mostly one busy core (`trainer.num_threads` is 1 by
+default), so on a 2-core machine two runs at once halve a grid's wall time. A child is
+`python -m arborl.train.compare_jobs KIND OVERRIDE...`, which calls `run_cell`, the very
+function --jobs 1 calls, with the same overrides and its own `trainer.num_threads`: a
+cell's numbers do not depend on N (a run is bit-for-bit repeatable on one machine,
+docs/training.md, "Reproducibility").
+
+Each child's stdout and stderr go to `<cell>/compare.log` (`LOG_FILE`); the parent prints
+one line when a cell starts and one when it ends, never a child's progress. A run that
+aborts (`TrainingAborted`: a diverged run, which is a result) prints its reason and exits
+with `ABORTED_EXIT`; any other non-zero exit (a crash, a kill) makes the cell "failed"
+and the others go on. An RL cell waits for its seed's SFT start when that runs in the
+same call (`Job.after`), and is "skipped" when the start did not finish.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+LOG_FILE = "compare.log"
+"""A child's stdout and stderr, in its cell's folder (appended to on a resume)."""
+ABORTED_EXIT = 3
+"""A child's exit status when its run aborted (`TrainingAborted`); Python exits 1 on an
+uncaught exception, so a crash is never read as an abort."""
+ABORTED = "aborted: "
+"""The child's last line before `ABORTED_EXIT`: this, then `TrainingAborted`'s reason."""
+POLL_S = 0.1
+"""How often the parent looks for children that ended."""
+
+
+def run_cell(kind: str, overrides: list[str]) -> dict:
+    """Run one cell in this process: `arborl sft` or `arborl train` with `overrides`."""
+    from arborl.train.config import load_train_config
+
+    cfg = load_train_config(overrides)
+    if kind == "sft":
+        from arborl.train.sft import sft_job
+
+        return sft_job(cfg)
+    from arborl.train.rl import RLTrainer
+
+    return RLTrainer(cfg).fit()
+
+
+@dataclass
+class Job:
+    """A cell to run in a child process."""
+
+    name: str
+    kind: str
+    """"sft" (`arborl sft`) or "rl" (`arborl train`)."""
+    folder: Path
+    """The cell's run folder, where its `LOG_FILE` goes."""
+    start: Callable[[], list[str]]
+    """Readies the folder and prints the start line when the job is launched, and returns
+    the run's overrides (`arborl.train.compare.start_cell`)."""
+    after: str | None = None
+    """The job that must finish first (its seed's SFT start), when it runs in this call."""
+
+
+def run_jobs(jobs: list[Job], max_jobs: int, echo: Callable[[str], None]) -> dict[str, str]:
+    """Run `jobs` as child processes, at most `max_jobs` at once, in list order except
+    that a job waits for its `after`. Returns each job's outcome: "finished", "aborted",
+    "failed" or "skipped" (its `after` did not finish). A parent that stops (Ctrl-C, an
+    error) stops the children it started."""
+    outcome: dict[str, str] = {}
+    waiting = list(jobs)
+    running: dict[str, tuple[Job, subprocess.Popen, float]] = {}
+    try:
+        while waiting or running:
+            for job in list(waiting):
+                if len(running) >= max_jobs:
+                    break
+                if job.after is not None and job.after not in outcome:
+                    continue  # its start is still waiting or running
+                waiting.remove(job)
+                if job.after is not None and outcome[job.after] != "finished":
+                    outcome[job.name] = "skipped"
+                    echo(f"[{job.name}] skipped: its SFT start {job.after} {outcome[job.after]}")
+                    continue
+                running[job.name] = (job, launch(job), time.perf_counter())
+            time.sleep(POLL_S)
+            for name, (job, proc, t0) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[name]
+                    outcome[name] = report_end(job, proc.returncode, time.perf_counter() - t0, echo)
+    finally:
+        for _job, proc, _t0 in running.values():
+            proc.terminate()
+            proc.wait()
+    return outcome
+
+
+def launch(job: Job) -> subprocess.Popen:
+    """Start `job`'s child, its stdout and stderr appended to its `LOG_FILE`."""
+    overrides = job.start()
+    with open(job.folder / LOG_FILE, "ab") as log:  # the child holds its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "arborl.train.compare_jobs", job.kind, *overrides],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def report_end(job: Job, code: int, wall_s: float, echo: Callable[[str], None]) -> str:
+    """Print how `job`'s child ended (exit status `code`) and return its outcome."""
+    log = job.folder / LOG_FILE
+    if code == 0:
+        echo(f"[{job.name}] finished in {wall_s:.0f} s")
+        return "finished"
+    if code == ABORTED_EXIT:
+        lines = log.read_text(errors="replace").splitlines()
+        reason = next((x[len(ABORTED) :] for x in reversed(lines) if x.startswith(ABORTED)), "")
+        echo(f"[{job.name}] aborted: {reason or f'see {log}'}")
+        return "aborted"
+    echo(f"[{job.name}] failed (exit status {code}) after {wall_s:.0f} s, see {log}")
+    return "failed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A child's entry: `run_cell(KIND, OVERRIDES)`; `ABORTED_EXIT` when the run aborts."""
+    from arborl.progress import quiet_foreign_bars
+    from arborl.train.rl import TrainingAborted
+
+    kind, *overrides = sys.argv[1:] if argv is None else argv
+    quiet_foreign_bars()  # as `arborl train` does: the log is a file, not a terminal
+    try:
+        run_cell(kind, overrides)
+    except TrainingAborted as e:
+        print(f"{ABORTED}{e}", file=sys.stderr, flush=True)
+        return ABORTED_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
