@@ -39,7 +39,8 @@ LAYERS: dict[str, int] = {
     "arborl.registry": 0,  # the one registry helper, stdlib only
     "arborl.lazy": 0,  # PEP 562 lazy package exports, stdlib only
     "arborl.progress": 0,  # progress bars or plain lines, stdlib (+ lazy tqdm)
-    "arborl.config": 0,  # typed dataclass configs + YAML: a leaf any component's config may use
+    "arborl.config": 0,
+    "arborl.htmldata": 0,  # JSON for an HTML page's data block, stdlib only  # typed dataclass configs + YAML: a leaf any component's config may use
     # 1: the bottom packages of ARCHITECTURE.md.
     "arborl.algos": 1,
     "arborl.data": 1,

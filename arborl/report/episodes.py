@@ -60,21 +60,24 @@ def build_episodes(runs: list[RunData], max_chars: int = 1500) -> list[dict]:
 
 def pairs(episodes: list[dict]) -> list[dict]:
     """[{run, task, before, after}]: indices into `episodes` of one task's held-out
-    episode at the run's first and last evaluation (tasks found at both)."""
+    episode at the run's first and last evaluation (tasks found at both). A task drawn k
+    times at an evaluation (a task file may repeat one) gives k pairs, its j-th episode at
+    the first evaluation with its j-th at the last."""
     out = []
     for run in dict.fromkeys(e["run"] for e in episodes):
         steps = sorted({e["step"] for e in episodes if e["run"] == run and e["source"] == "eval"})
         if len(steps) < 2:
             continue
         first, last = steps[0], steps[-1]
-        at = {
-            (e["step"], e["task"]): i
-            for i, e in enumerate(episodes)
-            if e["run"] == run and e["source"] == "eval"
-        }
-        for (step, task), i in at.items():
-            if step == first and (last, task) in at:
-                out.append({"run": run, "task": task, "before": i, "after": at[(last, task)]})
+        at: dict[tuple[int, str], list[int]] = {}
+        for i, e in enumerate(episodes):
+            if e["run"] == run and e["source"] == "eval" and e["step"] in (first, last):
+                at.setdefault((e["step"], e["task"]), []).append(i)
+        for (step, task), befores in at.items():
+            if step != first:
+                continue
+            for before, after in zip(befores, at.get((last, task), [])):
+                out.append({"run": run, "task": task, "before": before, "after": after})
     return out
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from arborl.htmldata import script_json
 from arborl.report.charts import build_charts, eval_points
 from arborl.report.compare import compare_runs, comparison_chart, comparison_html
 from arborl.report.episodes import build_episodes, config_diff, pairs
@@ -23,39 +23,6 @@ from arborl.report.load import RunData
 
 HERE = Path(__file__).parent
 PLOTLY = HERE / "vendor" / "plotly-basic.min.js"
-
-
-_SCRIPT_ESCAPES = str.maketrans(
-    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-)
-"""Characters written as JSON escapes in the data block. In a <script> element the HTML
-tokenizer reacts to `</script` (ends it) and to `<!--` followed by `<script` (the "double
-escaped" state, where the block's own `</script>` no longer ends it and the block swallows
-the scripts after it), so no `<` may reach it raw; `>` and `&` go too, as in Go's
-html/template and Django's json_script. U+2028/2029 end a line in older JavaScript. These
-characters occur only inside JSON strings, where the escape reads back as the same text."""
-
-
-def _finite_or_name(obj: Any) -> Any:
-    """`obj` with every non-finite float replaced by its JavaScript name ("NaN",
-    "Infinity", "-Infinity"): JSON has no such number, and `JSON.parse` rejects the bare
-    `NaN` Python writes. The page shows the name (`fmt` prints `+x`), and Plotly leaves a
-    gap for a name where it wants a number."""
-    if isinstance(obj, float):
-        if math.isfinite(obj):
-            return obj
-        return "NaN" if obj != obj else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, dict):
-        return {k: _finite_or_name(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite_or_name(v) for v in obj]
-    return obj
-
-
-def _script_json(obj: Any) -> str:
-    """JSON that an HTML <script> element holds intact and `JSON.parse` reads back as
-    `obj`, for any strings and floats in it (see `_SCRIPT_ESCAPES`, `_finite_or_name`)."""
-    return json.dumps(_finite_or_name(obj), allow_nan=False).translate(_SCRIPT_ESCAPES)
 
 
 def runs_table(runs: list[RunData]) -> str:
@@ -121,7 +88,7 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
         comparison=comparison,
         config_title="Resolved config" if len(runs) == 1 else "Config differences",
         config=config_section(runs),
-        data=_script_json(data),
+        data=script_json(data),
         plotly=PLOTLY.read_text(),
         js=(HERE / "report.js").read_text(),
     )

@@ -9,10 +9,10 @@ green; pruned ones grey.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
+from arborl.htmldata import script_json
 from arborl.search.base import SearchResult
 
 _PAGE = """<!doctype html>
@@ -87,8 +87,7 @@ def render_html(result: SearchResult | dict[str, Any], title: str = "") -> str:
         f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
         for k, v in rows.items()
     )
-    # "</" inside the JSON would end the <script> element early.
-    data = json.dumps(doc, default=str).replace("</", "<\\/")
+    data = script_json(doc, default=str)  # no observation can end or re-open the block
     return _PAGE.format(title=html.escape(title or doc["algo"]), summary=summary, data=data)
 
 

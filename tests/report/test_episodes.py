@@ -25,6 +25,18 @@ def test_pairs_match_a_task_before_and_after(runs) -> None:
     assert not eps[p["before"]]["won"] and eps[p["after"]]["won"]
 
 
+def test_a_task_drawn_twice_gives_two_pairs() -> None:
+    """Episodes a, a, b at each evaluation: three pairs (the review's case gave two, the
+    second `a` overwriting the first), each `a` matched in order."""
+
+    def ep(step, task):
+        return {"run": "r", "source": "eval", "step": step, "task": task}
+
+    eps = [ep(0, "a"), ep(0, "a"), ep(0, "b"), ep(9, "a"), ep(9, "b"), ep(9, "a"), ep(5, "a")]
+    got = [(p["task"], p["before"], p["after"]) for p in pairs(eps)]
+    assert got == [("a", 0, 3), ("a", 1, 5), ("b", 2, 4)]
+
+
 def test_config_diff_lists_only_differences(runs) -> None:
     diff = config_diff([load_run(r) for r in runs])
     assert diff == [{"key": "algo.lr", "values": [1e-3, 3e-4]}]

@@ -148,6 +148,32 @@ def test_html_view_is_self_contained():
     assert page.count("</script>") == 2  # the JSON cannot close its own script element
 
 
+def test_html_data_block_survives_hostile_observations_and_nan():
+    """An observation with `<!--` then `<script` (the tokenizer's double-escaped state) or a
+    NaN value used to blank the page; the data block now holds no raw `<`, parses under
+    strict JSON (as `JSON.parse` does) and reads back the same text, NaN by name."""
+    import json
+    import re
+
+    env = E.make("arborl/Maze-v0")
+    p = Problem(env, ActionsProposer(), heuristic_evaluator("arborl/Maze-v0"), seed=0)
+    doc = run(p, Budget(max_nodes=10), seed=0, algo="mcts", width=4).to_dict()
+    hostile = "<!-- scraped page <script>x</script> </SCRIPT > a & b \u2028"
+    doc["tree"]["nodes"][1]["observation"] = hostile
+    doc["tree"]["nodes"][1]["value"] = float("nan")
+    page = render_html(doc)
+    data = re.search(r'id="data">(.*?)</script>', page, re.S).group(1)
+    assert "<" not in data and ">" not in data and "&" not in data
+    assert page.count("</script>") == 2
+
+    def strict(name):
+        raise ValueError(f"JSON.parse rejects {name}")
+
+    back = json.loads(data, parse_constant=strict)
+    assert back["tree"]["nodes"][1]["observation"] == hostile
+    assert back["tree"]["nodes"][1]["value"] == "NaN"
+
+
 def test_html_script_builds_the_whole_tree_under_node(tmp_path):
     """Run the page's inline script under Node.js with a minimal DOM stand-in."""
     import json
