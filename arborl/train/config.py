@@ -446,7 +446,7 @@ def load_train_config(
     """Defaults <- files <- group selections <- dotted overrides, all checked."""
     from arborl.train.env_configs import DEFAULT_ENV_GROUP, chooses_env, load_env_group
 
-    def algorithm_defaults(name: str) -> dict | None:
+    def algo_group(name: str) -> dict | None:
         # imported on use: the algorithm records import torch, and a bad key should fail
         # before that (in well under a second)
         from arborl.train.advantages import algorithm_defaults
@@ -455,7 +455,7 @@ def load_train_config(
 
     config_dir = Path(config_dir or CONFIG_DIR)
     groups = {
-        "algo": algorithm_defaults,  # `algo=NAME`: the algorithm record's defaults
+        "algo": algo_group,  # `algo=NAME`: the algorithm record's defaults
         "env": lambda name: load_env_group(name, config_dir),  # repo files, then plug-ins
     }
     chosen = chooses_env(overrides or [], files or [])
