@@ -18,10 +18,13 @@ same call (`Job.after`), and is "skipped" when the start did not finish.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,12 +72,12 @@ class Job:
 def run_jobs(jobs: list[Job], max_jobs: int, echo: Callable[[str], None]) -> dict[str, str]:
     """Run `jobs` as child processes, at most `max_jobs` at once, in list order except
     that a job waits for its `after`. Returns each job's outcome: "finished", "aborted",
-    "failed" or "skipped" (its `after` did not finish). A parent that stops (Ctrl-C, an
-    error) stops the children it started."""
+    "failed" or "skipped" (its `after` did not finish). A parent that stops (Ctrl-C, a
+    SIGTERM, an error) stops the children it started and waits for them."""
     outcome: dict[str, str] = {}
     waiting = list(jobs)
     running: dict[str, tuple[Job, subprocess.Popen, float]] = {}
-    try:
+    with sigterm_as_exit(), stop_on_exit(running):
         while waiting or running:
             for job in list(waiting):
                 if len(running) >= max_jobs:
@@ -92,11 +95,39 @@ def run_jobs(jobs: list[Job], max_jobs: int, echo: Callable[[str], None]) -> dic
                 if proc.poll() is not None:
                     del running[name]
                     outcome[name] = report_end(job, proc.returncode, time.perf_counter() - t0, echo)
+    return outcome
+
+
+@contextmanager
+def stop_on_exit(running: dict[str, tuple[Job, subprocess.Popen, float]]):
+    """On leaving the block by an exception, terminate the children still in `running`
+    and wait for them, so none outlives the parent."""
+    try:
+        yield
     finally:
         for _job, proc, _t0 in running.values():
             proc.terminate()
+        for _job, proc, _t0 in running.values():
             proc.wait()
-    return outcome
+
+
+@contextmanager
+def sigterm_as_exit():
+    """Make a SIGTERM (a `kill`, a job scheduler's stop) raise `SystemExit` in the block,
+    as Ctrl-C raises `KeyboardInterrupt`, so the block's clean-up runs; Python's default
+    for SIGTERM is to die at once. Only the main thread can set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def launch(job: Job) -> subprocess.Popen:
@@ -134,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     kind, *overrides = sys.argv[1:] if argv is None else argv
     quiet_foreign_bars()  # as `arborl train` does: the log is a file, not a terminal
     try:
-        run_cell(kind, overrides)
+        with sigterm_as_exit():  # the parent's terminate() lets the run close its env workers
+            run_cell(kind, overrides)
     except TrainingAborted as e:
         print(f"{ABORTED}{e}", file=sys.stderr, flush=True)
         return ABORTED_EXIT

@@ -140,3 +140,42 @@ def test_jobs_is_a_positive_count(capsys):
     with pytest.raises(SystemExit) as e:
         main(["compare", "--jobs", "0"])
     assert e.value.code == 2 and "--jobs: 0: give 1 or more" in capsys.readouterr().err
+
+
+PARENT = """
+import subprocess, sys
+from pathlib import Path
+from arborl.train import compare_jobs as cj
+
+def launch(job):
+    job.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(sys.argv[1]).write_text(str(child.pid))
+    return child
+
+cj.launch = launch
+job = cj.Job(name="a", kind="rl", folder=Path(sys.argv[2]), start=lambda: [])
+cj.run_jobs([job], max_jobs=1, echo=print)
+"""
+
+
+def test_a_sigterm_to_the_parent_stops_its_children(tmp_path):
+    """`kill` of `arborl compare --jobs N` must not leave its runs going on: Python's
+    default SIGTERM dies without clean-up, so `run_jobs` turns it into an exit that
+    terminates and waits for the children."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pid_file), str(tmp_path)])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert parent.poll() is None and time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):  # terminated and reaped by the parent
+        os.kill(child, 0)
