@@ -257,8 +257,9 @@ class RolloutRole:
         pool = self._pool(len(share["seeds"]) * rcfg.group_size)
         with build.compute_dtype(c, self.backend.model):
             res = rollout_step(
-                self.backend, self.tokenizer, pool, share["seeds"], rcfg, c, c.env.train_split
-            )
+                self.backend, self.tokenizer, pool, seeds=share["seeds"], rollout_cfg=rcfg, cfg=c,
+                split=c.env.train_split,
+            )  # fmt: skip
         res.batch.meta["group_id"] = res.batch.meta["group_id"].astype(int) + share["group_offset"]
         return {
             "batch": res.batch,

@@ -230,8 +230,8 @@ class LocalEngine:
         backend = self.generation_backend()
         with build.compute_dtype(c, self.model):
             res = rollout_step(
-                backend, self.tokenizer, self.pool, plan.seeds, plan.rollout, c,
-                c.env.train_split,
+                backend, self.tokenizer, self.pool, seeds=plan.seeds, rollout_cfg=plan.rollout,
+                cfg=c, split=c.env.train_split,
             )  # fmt: skip
         return RolloutOutput(res.batch, res.trajectories, res.stats)
 

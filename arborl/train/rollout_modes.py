@@ -11,7 +11,8 @@ other: `flat` is `arborl.rollout.run_rollout`, `tree` is
 `arborl.search.training.tree_rollout`, `agent` is `arborl.rollout.agents.run_agent_rollout`
 (a program you wrote, through the gateway). A new mode is one `ROLLOUT_MODES.register` away.
 
-    res = rollout_step(backend, tokenizer, pool, seeds, rollout_cfg, cfg, cfg.env.train_split)
+    res = rollout_step(backend, tokenizer, pool, seeds=seeds, rollout_cfg=rollout_cfg, cfg=cfg,
+                       split=cfg.env.train_split)
 """
 
 from __future__ import annotations
@@ -87,12 +88,15 @@ def rollout_step(
     backend: Any,
     tokenizer: Any,
     pool: Any,
+    *,
     seeds: Sequence[int],
     rollout_cfg: Any,
     cfg: Any,
     split: str,
 ) -> Any:
-    """One RL step's rollout in mode `cfg.rollout.mode`: a `RolloutResult`.
+    """One RL step's rollout in mode `cfg.rollout.mode`: a `RolloutResult`. The mode's
+    own function takes the same arguments positionally (`ROLLOUT_MODES`); here they are
+    named, since four of them would read alike at a call.
 
     rollout_cfg: the step's `RolloutConfig` (e.g. `replace(cfg.rollout, seed=step_seed)`);
     cfg: the `TrainConfig`; split: the env split the tasks come from."""

@@ -66,8 +66,8 @@ class TinyEngine:
         CALLS.append(f"rollout:{plan.step}")
         self.model.eval()
         self.backend.forget_prompts()
-        res = rollout_step(self.backend, self.tokenizer, self.pool, plan.seeds, plan.rollout,
-                           self.cfg, self.cfg.env.train_split)
+        res = rollout_step(self.backend, self.tokenizer, self.pool, seeds=plan.seeds,
+                           rollout_cfg=plan.rollout, cfg=self.cfg, split=self.cfg.env.train_split)
         return RolloutOutput(res.batch, res.trajectories, res.stats, {"tiny/rows": len(res.batch)})
 
     def reference_logp(self, batch, temperature):

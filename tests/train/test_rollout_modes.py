@@ -41,7 +41,10 @@ def test_rollout_step_calls_the_configured_mode():
         cfg = load_train_config(["search.algo=mcts"])
         cfg.rollout.mode = "fake-test"
         step_cfg = replace(cfg.rollout, seed=7)
-        assert rollout_step(None, None, None, [1, 2], step_cfg, cfg, "train") == "result"
+        res = rollout_step(
+            None, None, None, seeds=[1, 2], rollout_cfg=step_cfg, cfg=cfg, split="train"
+        )
+        assert res == "result"
         assert calls == [([1, 2], 7, "mcts", "train")]
     finally:
         ROLLOUT_MODES.unregister("fake-test")
