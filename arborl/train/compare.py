@@ -19,17 +19,22 @@ starts, and running the grid again
 - resumes an RL run that stopped half-way with `trainer.resume=auto`, from its newest
   checkpoint that verifies (the checkpoint holds the before-RL evaluation, so the gain
   stays paired); one without such a checkpoint, and an unfinished SFT start, start over;
-- reruns the RL runs of a seed whose SFT start is (re)trained: their start changed;
+- reruns the RL runs of a seed whose SFT start is (re)trained: their start changed (an RL
+  run records which start it began from, `START_FILE`, so a start retrained by an earlier
+  call that stopped before the RL runs were rerun is caught too);
 - leaves alone a folder that another live trainer holds (grids of disjoint seeds may run
   in parallel into one folder; a last call collects them all);
 - refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
   deleting the folder) or `fresh` (rerun every cell).
 A cell whose child process failed (`jobs` > 1) is left out of the comparison, and so are
 the RL cells of a seed whose SFT start failed (not run); the next call reruns them.
+`--collect` leaves out ("stale") a finished RL run whose start is no longer the one it
+began from: the start is unfinished, or was trained again since.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -57,7 +62,10 @@ LEFT = {
 }
 LEFT_ALONE = ("done", "busy", "blocked")
 """Statuses of the cells a call does not run (collected as they are)."""
-NOT_COMPARED = ("conflict", "failed", "skipped")
+START_FILE = "compare_start.json"
+"""In an RL cell of a grid with SFT starts: the fingerprint of the start it began from
+(`start_fingerprint`), checked when the grid is run or collected again."""
+NOT_COMPARED = ("conflict", "failed", "skipped", "stale")
 """Statuses of the cells left out of the comparison: a run of other settings, a crashed
 run (--jobs N), and a run whose SFT start did not finish (its folder, if any, holds a run
 from the old start)."""
@@ -248,11 +256,35 @@ def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False, replace: bo
     return "rerun"
 
 
+def start_fingerprint(cfg: CompareConfig, seed: int) -> str | None:
+    """What identifies seed `seed`'s finished SFT start: a hash of its summary.json (the
+    SFT's losses and its held-out evaluation, to the last digit) without the paths in it,
+    so a start moved to another grid folder keeps it. None when the grid has no SFT starts
+    or this one has not finished."""
+    summary = Path(cfg.out) / f"sft-s{seed}" / "summary.json"
+    if cfg.start != "sft" or not summary.exists():
+        return None
+    doc = json.loads(summary.read_text())
+    kept = {k: v for k, v in doc.items() if k not in ("run_dir", "policy")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def began_from_another_start(cfg: CompareConfig, cell: Cell) -> bool:
+    """Whether RL cell `cell` recorded a start (`START_FILE`) that is not its seed's
+    start now: unfinished, or trained again since. A run from before `START_FILE`
+    existed records none and is taken as it is."""
+    recorded = Path(cfg.out) / cell.name / START_FILE
+    if cell.kind != "rl" or not recorded.exists():
+        return False
+    return json.loads(recorded.read_text()).get("sft") != start_fingerprint(cfg, cell.seed)
+
+
 def plan_statuses(
     cfg: CompareConfig, cells: list[Cell], fresh: bool = False, replace: bool = False
 ) -> list[str]:
     """`cell_status` of each cell; a seed's RL runs are rerun when its SFT start is
-    (re)trained, and "blocked" (left for later) while another process trains it."""
+    (re)trained or is not the start they began from, and "blocked" (left for later) while
+    another process trains it."""
     status = [cell_status(cfg, c, fresh, replace) for c in cells]
     start = {c.seed: s for c, s in zip(cells, status) if c.kind == "sft"}
     for i, c in enumerate(cells):
@@ -262,7 +294,33 @@ def plan_statuses(
             status[i] = "blocked"
         elif start[c.seed] in ("new", "rerun") and status[i] != "new":
             status[i] = "rerun"
+        elif status[i] in ("done", "resume") and began_from_another_start(cfg, c):
+            status[i] = "rerun"
     return status
+
+
+def collect_statuses(
+    cfg: CompareConfig, cells: list[Cell], echo: Callable[[str], None]
+) -> list[str]:
+    """The statuses `--collect` reads the grid with: `cell_status`, "conflict" for a
+    folder of other settings, and "stale" for a finished RL run whose seed's start is
+    unfinished or not the one it began from (both left out of the comparison)."""
+    statuses = []
+    for c in cells:
+        try:
+            statuses.append(cell_status(cfg, c))
+        except GridConflict as e:
+            echo(f"skipped: {e}")
+            statuses.append("conflict")
+    start = {c.seed: s for c, s in zip(cells, statuses) if c.kind == "sft"}
+    for i, c in enumerate(cells):
+        if c.kind != "rl" or statuses[i] != "done" or c.seed not in start:
+            continue
+        if start[c.seed] != "done" or began_from_another_start(cfg, c):
+            why = "unfinished" if start[c.seed] != "done" else "trained again since it began"
+            echo(f"skipped: {c.name}: its SFT start sft-s{c.seed} is {why}; run the grid again")
+            statuses[i] = "stale"
+    return statuses
 
 
 def start_cell(
@@ -279,6 +337,9 @@ def start_cell(
         overrides.append("trainer.resume=auto")
     path.mkdir(parents=True, exist_ok=True)
     (path / CELL_FILE).write_text(json.dumps(cell.marker(cfg.start)))
+    start = start_fingerprint(cfg, cell.seed) if cell.kind == "rl" else None
+    if start is not None:  # a resume keeps the start it began from: plan_statuses checked
+        (path / START_FILE).write_text(json.dumps({"sft": start}))
     command = "sft" if cell.kind == "sft" else "train"
     echo(f"[{cell.name}] {status}: arborl {command} {shlex.join(overrides)}")
     return overrides
@@ -369,14 +430,7 @@ def run_grid(
     configs = [load_train_config(cell_overrides(cfg, c)) for c in cells]
     out = Path(cfg.out)
     if collect_only:
-        statuses = []
-        for c in cells:
-            try:
-                statuses.append(cell_status(cfg, c))
-            except GridConflict as e:
-                echo(f"skipped: {e}")
-                statuses.append("conflict")
-        return collect(cfg, cells, statuses)
+        return collect(cfg, cells, collect_statuses(cfg, cells, echo))
     statuses = plan_statuses(cfg, cells, fresh, replace)
     out.mkdir(parents=True, exist_ok=True)
     dump_yaml(cfg, out / "grid.yaml")

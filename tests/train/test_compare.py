@@ -5,6 +5,7 @@ Toy size (tiny-0.1m, 1-2 RL steps, 4 held-out episodes): every run takes about a
 """
 
 import json
+import shutil
 
 import pytest
 
@@ -181,3 +182,37 @@ def test_every_compare_field_has_a_docstring():
     from arborl.config import iter_fields
 
     assert [p for p, _f, _tp, doc in iter_fields(CompareConfig) if not doc.strip()] == []
+
+
+def test_an_rl_run_from_an_older_start_is_never_compared_as_if_from_the_new_one(tmp_path):
+    """A start trained again (its numbers changed) by a call that stopped before the RL
+    runs were rerun: `--collect` leaves the old RL run out as "stale", and the next call
+    reruns it. The retrain is simulated by changing the start's recorded loss, as a
+    retrain with other numbers would."""
+    base = {"base": TOY, "sft": ["sft.steps=2", "sft.num_demos=2"], "seeds": [0]}
+    cfg = from_dict(CompareConfig, {**base, "arms": {"a": []}, "out": str(tmp_path / "g")})
+    assert [c["status"] for c in run_grid(cfg, echo=lambda _: None)["cells"]] == ["new", "new"]
+    start = tmp_path / "g" / "sft-s0" / "summary.json"
+    assert (tmp_path / "g" / "a-s0" / "compare_start.json").exists()
+    # the same start, moved to another grid folder, is still the start its RL run began from
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "g", moved)
+    cfg_moved = from_dict(CompareConfig, {**base, "arms": {"a": []}, "out": str(moved)})
+    result = run_grid(cfg_moved, collect_only=True, echo=lambda _: None)
+    assert [c["status"] for c in result["cells"]] == ["done", "done"] and result["runs"]
+    doc = json.loads(start.read_text())
+    doc["sft"]["sft/loss"] += 0.5
+    start.write_text(json.dumps(doc))
+    said = []
+    result = run_grid(cfg, collect_only=True, echo=said.append)
+    assert [c["status"] for c in result["cells"]] == ["done", "stale"]
+    assert result["runs"] == [] and any("a-s0" in x and "trained again" in x for x in said)
+    start.unlink()  # a start whose retrain stopped half-way: its RL run is stale too
+    said.clear()
+    result = run_grid(cfg, collect_only=True, echo=said.append)
+    assert result["runs"] == [] and any("unfinished" in x for x in said)
+    # the next call retrains the start and reruns the run from it
+    result = run_grid(cfg, echo=lambda _: None)
+    assert [c["status"] for c in result["cells"]] == ["rerun", "rerun"] and result["runs"]
+    start.write_text(json.dumps({**json.loads(start.read_text()), "sft": doc["sft"]}))
+    assert grid_mod.plan_statuses(cfg, plan_grid(cfg)) == ["done", "rerun"]
