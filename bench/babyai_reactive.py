@@ -16,6 +16,11 @@ runs' held-out success, with the random and oracle baselines on the same tasks.
 
     python bench/babyai_reactive.py                      # 200 tasks, epsilon 0 / 0.1 / 0.3
     python bench/babyai_reactive.py --episodes 50 --epsilon 0.1
+    python bench/babyai_reactive.py --demos 200 --epsilon 0.3 --demos-out reactive.jsonl
+
+`--demos N` instead writes the won episodes of N train-split tasks played by the rule (at
+the first `--epsilon`) as a demo file for `arborl sft sft.demos=PATH`: a teacher that
+sees only what the agent sees, where the BabyAI bot's demos act on what it remembers.
 """
 
 from __future__ import annotations
@@ -88,6 +93,19 @@ class ReactivePolicy:
         return out
 
 
+def write_demos(env: str, n: int, epsilon: float, seed: int, out: str, cfg: Any) -> int:
+    """Play `n` train-split tasks of `env` with the rule and write the won ones to `out`."""
+    from arborl.data.trajectory import write_trajectories
+    from arborl.rollout import collect_episodes
+
+    result = collect_episodes(ReactivePolicy(epsilon, seed=seed), env, n, cfg, split="train",
+                              seed=seed, pool_mode="subprocess")  # fmt: skip
+    won = [t for t in result.trajectories if t.won]
+    path = write_trajectories(out, won)
+    print(f"reactive eps={epsilon:g}: won {len(won)} of {n} train tasks; wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -102,15 +120,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out", default=None, help="JSON path (default bench/results/babyai_reactive.json)"
     )
+    p.add_argument(
+        "--demos",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write the rule's won episodes of N train tasks as SFT demos instead",
+    )
+    p.add_argument("--demos-out", default="reactive_demos.jsonl", help="the demo file (--demos)")
     args = p.parse_args(argv)
     if any(not 0.0 <= e <= 1.0 for e in args.epsilon):
         p.error(f"--epsilon must lie in [0, 1], got {args.epsilon}")
+    if args.demos < 0:
+        p.error(f"--demos must be 0 or more, got {args.demos}")
 
     from common import format_table, machine_info, write_json
 
     from arborl.rollout import RolloutConfig, collect_episodes, make_policy
 
     cfg = RolloutConfig(group_size=1, max_turns=64)
+    if args.demos:
+        return write_demos(args.env, args.demos, args.epsilon[0], args.seed, args.demos_out, cfg)
     policies = [ReactivePolicy(e, seed=args.seed) for e in args.epsilon]
     policies += [make_policy(name, cfg, seed=args.seed) for name in ("random", "oracle")]
     rows = []
