@@ -24,6 +24,19 @@ SPLIT_BUCKETS: dict[str, range] = {
 """Which of the 100 hash buckets belong to each split (80/10/10)."""
 
 
+def chosen_templates(templates: Any, known: dict[str, Any]) -> list[str]:
+    """The template names an env samples from: `templates` (a list of names, or None for
+    all of `known`, sorted). ValueError naming the unknown ones when it is empty or holds
+    a name `known` lacks, as a constructor's `templates=` argument must."""
+    names = list(templates) if templates is not None else sorted(known)
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(
+            f"templates={templates!r} has unknown or no names {unknown}; choose from {sorted(known)}"
+        )
+    return names
+
+
 def canonical_json(task: dict[str, Any]) -> str:
     """The task as JSON with sorted keys and no whitespace: equal content, equal text."""
     try:

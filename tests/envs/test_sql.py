@@ -124,6 +124,8 @@ def test_bad_tasks_and_knobs_are_rejected():
         SQLEnv().reset(options={"task": _task("max_order", customer="Nobody")})
     with pytest.raises(ValueError, match="num_employees"):
         SQLEnv(num_employees=5)
+    with pytest.raises(ValueError, match=r"has unknown or no names \['nope'\]; choose from"):
+        SQLEnv(templates=["count_dept", "nope"])
     with pytest.raises(TypeError):
         SQLEnv(rows=10)
 

@@ -124,8 +124,12 @@ def test_free_form_task_and_bad_tasks():
     with pytest.raises(ValueError, match="lack 'coupon'"):
         params = {k: v for k, v in SHOPPING["params"].items() if k != "coupon"}
         env.reset(options={"task": {"template": "shopping", "params": params}})
-    with pytest.raises(ValueError, match="templates="):
+    with pytest.raises(
+        ValueError, match=r"templates=\['shopping', 'nope'\] has unknown .*\['nope'\]"
+    ):
         ToolQAEnv(templates=["shopping", "nope"])
+    with pytest.raises(ValueError, match="no names"):
+        ToolQAEnv(templates=[])
     with pytest.raises(TypeError):
         ToolQAEnv(difficulty=3)
 

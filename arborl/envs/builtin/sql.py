@@ -25,7 +25,7 @@ from typing import Any
 
 from arborl.envs.base import TextEnv
 from arborl.envs.builtin._safe_calc import format_number, parse_number
-from arborl.envs.splits import sample_in_split, task_id_of
+from arborl.envs.splits import chosen_templates, sample_in_split, task_id_of
 
 MAX_ROWS = 20
 """Rows of a result shown to the agent."""
@@ -302,13 +302,7 @@ class SQLEnv(TextEnv):
             raise ValueError(f"num_employees={num_employees!r} must be in 10..320")
         if not 10 <= int(num_orders) <= 2000:
             raise ValueError(f"num_orders={num_orders!r} must be in 10..2000")
-        names = list(templates) if templates is not None else sorted(TEMPLATES)
-        unknown = [n for n in names if n not in TEMPLATES]
-        if unknown or not names:
-            raise ValueError(
-                f"templates={templates!r} has unknown or no names {unknown}; "
-                f"choose from {sorted(TEMPLATES)}"
-            )
+        names = chosen_templates(templates, TEMPLATES)
         self.num_employees, self.num_orders, self.templates = (
             int(num_employees),
             int(num_orders),

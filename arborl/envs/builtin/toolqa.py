@@ -22,7 +22,7 @@ from typing import Any
 
 from arborl.envs.base import TextEnv
 from arborl.envs.builtin._safe_calc import CalcError, evaluate, format_number, parse_number
-from arborl.envs.splits import sample_in_split, task_id_of
+from arborl.envs.splits import chosen_templates, sample_in_split, task_id_of
 
 REL_TOL = 1e-6
 """Relative tolerance of `answer[...]` against the gold answer."""
@@ -221,13 +221,7 @@ class ToolQAEnv(TextEnv):
     ) -> None:
         """`templates` restricts tasks to these template names (default: all of them)."""
         super().__init__(split=split, max_turns=max_turns)
-        names = list(templates) if templates is not None else sorted(TEMPLATES)
-        unknown = [n for n in names if n not in TEMPLATES]
-        if unknown or not names:
-            raise ValueError(
-                f"templates={templates!r} has unknown or no names {unknown}; "
-                f"choose from {sorted(TEMPLATES)}"
-            )
+        names = chosen_templates(templates, TEMPLATES)
         self.templates = names
         self.question = ""
         self.steps: list[str] = []
