@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arborl.cli.rollout_cmd import add_policy_args, configs_from_args, pool_args
+from arborl.cli.rollout_cmd import add_policy_args, collect_from_args, configs_from_args, pool_args
 from arborl.cli.search_cmd import add_search_args, evaluate_with_search
 
 COLUMNS = (
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     """One table row: run `policy_spec` on the shared tasks and summarise."""
     from arborl.progress import progress
-    from arborl.rollout import collect_episodes, make_policy
+    from arborl.rollout import make_policy
 
     if args.algo is not None and policy_spec == args.policy:
         return evaluate_with_search(args)
@@ -59,17 +59,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     policy = make_policy(policy_spec, cfg, agent, seed=args.seed, tokenizer=args.tokenizer)
     bar = progress(args.num_episodes, f"{policy_spec} episodes", disable=args.no_progress)
     try:
-        result = collect_episodes(
-            policy,
-            args.env,
-            args.num_episodes,
-            cfg,
-            split=args.split,
-            seed=args.seed,
-            chunk_episodes=args.chunk_episodes,
-            progress=bar.update,
-            **pool_args(args),
-        )
+        result = collect_from_args(args, policy, cfg, progress=bar.update, **pool_args(args))
     except NotImplementedError as e:  # e.g. an env without an oracle
         return {"policy": policy_spec, "error": str(e)}
     finally:

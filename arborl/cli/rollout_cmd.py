@@ -191,6 +191,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def collect_from_args(args: argparse.Namespace, policy, cfg: RolloutConfig, **extra):
+    """`collect_episodes` of `policy` on the tasks the shared flags name (env, episodes,
+    split, seed, chunking, pool): what `arborl rollout` and `arborl eval` both run;
+    `extra` adds keywords (a progress callback, `on_chunk`, the pool's own)."""
+    from arborl.rollout import collect_episodes
+
+    return collect_episodes(
+        policy, args.env, args.num_episodes, cfg, split=args.split, seed=args.seed,
+        chunk_episodes=args.chunk_episodes, **extra,
+    )  # fmt: skip
+
+
 def partial_path(out: str | Path) -> Path:
     """Where `arborl rollout --out runs/x.jsonl` appends finished episodes until it is
     done: `runs/x.partial.jsonl` (readable with `arborl.data.read_trajectories`)."""
@@ -211,7 +223,7 @@ def append_trajectories(path: Path, trajectories) -> None:
 def run(args: argparse.Namespace) -> int:
     from arborl.data import write_trajectories
     from arborl.progress import progress
-    from arborl.rollout import collect_episodes, make_policy
+    from arborl.rollout import make_policy
 
     if not str(args.out).endswith((".jsonl", ".parquet")):
         raise SystemExit(f"--out {args.out!r}: use a .jsonl or .parquet file name")
@@ -221,18 +233,10 @@ def run(args: argparse.Namespace) -> int:
     partial = partial_path(args.out)
     partial.unlink(missing_ok=True)  # a killed earlier run's leftovers: this run redoes them
     with progress(args.num_episodes, "episodes", disable=args.no_progress) as bar:
-        result = collect_episodes(
-            policy,
-            args.env,
-            args.num_episodes,
-            cfg,
-            split=args.split,
-            seed=args.seed,
-            chunk_episodes=args.chunk_episodes,
-            progress=bar.update,
-            on_chunk=lambda trajs: append_trajectories(partial, trajs),
-            **pool,
-        )
+        result = collect_from_args(
+            args, policy, cfg, progress=bar.update,
+            on_chunk=lambda trajs: append_trajectories(partial, trajs), **pool,
+        )  # fmt: skip
     path = write_trajectories(args.out, result.trajectories)
     partial.unlink(missing_ok=True)
     print(format_stats(result.stats))
