@@ -341,7 +341,7 @@ def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]
             + "".join(f"; seed {x['seed']} left out: {x['reason']}" for x in d["left_out"]),
         ]
         for d in result["paired"]
-    ]
+    ] or [["(one arm: nothing to pair)", "-", "-", "-"]]
     runs = [
         [
             r["run"],
@@ -370,7 +370,15 @@ def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]
     return [
         (
             f"gain over the start (mean over seeds, {pct} t interval over seeds)",
-            ["arm", "seeds", "start", "after RL", f"gain [{pct} CI]", "gain per seed", "gained on"],
+            [
+                "arm",
+                "seeds",
+                "before RL",
+                "after RL",
+                f"gain [{pct} CI]",
+                "gain per seed",
+                "gained on",
+            ],
             arms,
         ),
         (

@@ -133,3 +133,12 @@ def test_train_windows_are_the_first_middle_and_last_ten_steps():
         "middle": 14.5,
         "last": 24.5,
     }
+
+
+def test_a_one_arm_grid_says_there_is_nothing_to_pair():
+    rows = [_row("a", s, b0, a1) for s, b0, a1 in ((0, 0.4, 0.5), (1, 0.5, 0.55))]
+    result = {"level": 0.95, "arms": arm_gains(rows, ["a"]), "paired": [], "runs": [], "curves": {}}
+    text = format_comparison(result)
+    assert "| (one arm: nothing to pair) | - | - | - |" in text
+    assert "| arm | seeds | before RL | after RL | gain [95% CI] |" in text
+    assert "| a | 2 | 0.450 | 0.525 | +0.075 " in text
