@@ -304,7 +304,9 @@ def collect_statuses(
 ) -> list[str]:
     """The statuses `--collect` reads the grid with: `cell_status`, "conflict" for a
     folder of other settings, and "stale" for a finished RL run whose seed's start is
-    unfinished or not the one it began from (both left out of the comparison)."""
+    unfinished or not the one it began from (both left out of the comparison). A seed
+    whose start folder is gone (deleted to save space, or not moved with the runs) leaves
+    its runs as they are: nothing says they began elsewhere."""
     statuses = []
     for c in cells:
         try:
@@ -314,7 +316,7 @@ def collect_statuses(
             statuses.append("conflict")
     start = {c.seed: s for c, s in zip(cells, statuses) if c.kind == "sft"}
     for i, c in enumerate(cells):
-        if c.kind != "rl" or statuses[i] != "done" or c.seed not in start:
+        if c.kind != "rl" or statuses[i] != "done" or start.get(c.seed, "new") == "new":
             continue
         if start[c.seed] != "done" or began_from_another_start(cfg, c):
             why = "unfinished" if start[c.seed] != "done" else "trained again since it began"

@@ -211,6 +211,11 @@ def test_an_rl_run_from_an_older_start_is_never_compared_as_if_from_the_new_one(
     said.clear()
     result = run_grid(cfg, collect_only=True, echo=said.append)
     assert result["runs"] == [] and any("unfinished" in x for x in said)
+    # a start folder deleted outright (to save space) says nothing against its runs
+    shutil.copytree(tmp_path / "g" / "sft-s0", tmp_path / "kept")
+    shutil.rmtree(tmp_path / "g" / "sft-s0")
+    assert run_grid(cfg, collect_only=True, echo=lambda _: None)["runs"]
+    shutil.copytree(tmp_path / "kept", tmp_path / "g" / "sft-s0")
     # the next call retrains the start and reruns the run from it
     result = run_grid(cfg, echo=lambda _: None)
     assert [c["status"] for c in result["cells"]] == ["rerun", "rerun"] and result["runs"]
