@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -208,6 +209,245 @@ def _with_session(result: Any, session: str | None) -> Any:
     return result
 
 
+def _usage(prompts: list[list[int]], outs: list[Completion], n: int) -> dict:
+    """The OpenAI `usage` block: prompt tokens (once per sample), completion tokens, total."""
+    p = sum(len(x) for x in prompts) * n
+    c = sum(len(o.token_ids) for o in outs)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+@dataclass
+class _Served:
+    """One model behind the routes: checks a call, runs it on the queue, records it and
+    builds the OpenAI reply. `create_app` makes one and its routes call the methods."""
+
+    backend: GenerationBackend
+    tokenizer: PreTrainedTokenizerBase
+    model_name: str
+    default_max_tokens: int
+    max_tokens_limit: int
+    max_rows: int
+    tool_parser: str
+    recorder: CallRecorder | None
+
+    def __post_init__(self) -> None:
+        self.queue = ModelQueue()
+        self.created = int(time.time())  # the model card's `created`
+        self.vocab = len(self.tokenizer)
+
+    def check_model(self, req: _Base) -> None:
+        """404 unless `req.model` is empty or the served model's id."""
+        if req.model not in (None, "", self.model_name):
+            raise APIError(
+                404,
+                f"model {req.model!r} is not served here; use {self.model_name!r}",
+                "not_found_error",
+            )
+
+    def run(self, prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str], session):
+        """Check limits, let the recorder begin, and generate `req.n` rows per prompt on the
+        queue; returns (completions, sampling params, recorder ticket)."""
+        _check_limits(prompts, req, max_tokens, self.vocab, self.max_tokens_limit, self.max_rows)
+        params = SamplingParams(
+            max_new_tokens=max_tokens,
+            # A subnormal temperature overflows logits / T to inf (NaN logprobs): greedy.
+            temperature=req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            stop=stops,
+            seed=req.seed,
+        )
+        ticket = None
+        if self.recorder is not None:
+            params, ticket = self.recorder.begin(session, params, len(prompts) * req.n)
+        repeated = [p for p in prompts for _ in range(req.n)]
+        try:
+            with self.queue.hold():
+                return self.backend.generate(repeated, params), params, ticket
+        except BaseException as e:
+            if self.recorder is not None:
+                self.recorder.end(ticket, None)  # a failed call is not recorded
+            if isinstance(e, ValueError):
+                raise APIError(400, str(e)) from e
+            raise
+
+    def record(self, ticket, kind: str, request: dict, prompts, outs, params, extra) -> str | None:
+        """Hand the finished call to the recorder; the session it went to (None: no recorder)."""
+        if self.recorder is None:
+            return None
+        choices = [
+            {"response_ids": list(c.token_ids), "logprobs": list(c.logprobs),
+             "finish_reason": c.finish_reason, **x}
+            for c, x in zip(outs, extra)
+        ]  # fmt: skip
+        sampling = {"temperature": params.temperature, "top_p": params.top_p,
+                    "top_k": params.top_k, "max_tokens": params.max_new_tokens,
+                    "stop": list(params.stop), "seed": params.seed,
+                    "row_seeds": params.row_seeds}  # fmt: skip
+        call = {"kind": kind, "request": request, "sampling": sampling,
+                "prompt_ids": [list(p) for p in prompts], "n": len(outs) // len(prompts),
+                "choices": choices}  # fmt: skip
+        return self.recorder.end(ticket, call)
+
+    def finish_text(self, c: Completion, req: _Base, stops: list[str]) -> str:
+        """A completion's text as the client asked for it: special tokens, stop string."""
+        text = self.tokenizer.decode(c.token_ids, skip_special_tokens=req.skip_special_tokens)
+        return text if req.include_stop_str_in_output else _cut_at_stop(text, stops)
+
+    def complete(self, req: CompletionRequest, session: str | None):
+        """`/v1/completions`: the JSON reply, or an SSE stream with `req.stream`."""
+        self.check_model(req)
+        if req.echo:
+            raise APIError(400, "echo=true is not supported; set echo=false")
+        prompt = req.prompt
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if prompt and all(isinstance(x, int) for x in prompt):
+            prompt = [prompt]  # a single prompt given as token ids
+        prompts = [
+            p if isinstance(p, list) else _encode(self.tokenizer, p, f"prompt[{i}]")
+            for i, p in enumerate(prompt)
+        ]
+        stops = _stops(req.stop)
+        max_tokens = req.max_tokens or min(16, self.max_tokens_limit)
+        outs, params, ticket = self.run(prompts, req, max_tokens, stops, session)
+        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        choices = self._completion_choices(req, outs, stops)
+        extra = [{"text": ch["text"]} for ch in choices]
+        request = {"prompt": req.prompt}
+        session = self.record(ticket, "completion", request, prompts, outs, params, extra)
+        base = {"id": rid, "object": "text_completion", "created": now, "model": self.model_name}
+        if req.stream:
+            stream = stream_completions(base, choices)
+            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
+        for ch in choices:
+            ch.pop("pieces")
+        return _with_session(
+            {**base, "choices": choices, "usage": _usage(prompts, outs, req.n)}, session
+        )
+
+    def _completion_choices(
+        self, req: CompletionRequest, outs: list[Completion], stops: list[str]
+    ) -> list[dict]:
+        """One completions choice per output, with its per-token `pieces` for streaming."""
+        choices = []
+        for i, c in enumerate(outs):
+            text = self.finish_text(c, req, stops)
+            pieces = list(_pieces(self.tokenizer, c.token_ids, text, req.skip_special_tokens))
+            logprobs = None
+            if req.logprobs is not None:
+                offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
+                logprobs = {
+                    "tokens": pieces,
+                    "token_logprobs": _finite(c.logprobs),
+                    "top_logprobs": None,
+                    "text_offset": offsets,
+                }
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "pieces": pieces,
+                    "logprobs": logprobs,
+                    "finish_reason": c.finish_reason,
+                }
+            )
+            if req.return_token_ids:
+                choices[-1]["token_ids"] = list(c.token_ids)
+        return choices
+
+    def chat_complete(self, req: ChatRequest, session: str | None):
+        """`/v1/chat/completions`: the JSON reply, or an SSE stream with `req.stream`."""
+        self.check_model(req)
+        try:
+            text = render_chat(self.tokenizer, req.messages, req.tools)
+        except MessageError as e:
+            raise APIError(400, str(e)) from e
+        prompts = [_encode(self.tokenizer, text, "messages")]
+        stops = _stops(req.stop)
+        default = min(self.default_max_tokens, self.max_tokens_limit)
+        max_tokens = req.max_completion_tokens or req.max_tokens or default
+        outs, params, ticket = self.run(prompts, req, max_tokens, stops, session)
+        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        base = {"id": rid, "object": "chat.completion", "created": now, "model": self.model_name}
+        req.skip_special_tokens = True  # chat content never shows <|end|> and friends
+        tools = req.tools if req.tool_choice != "none" else None
+        parses = [
+            parse_tool_calls(self.finish_text(c, req, stops), tools, self.tool_parser) for c in outs
+        ]
+        extra = [{"text": self.finish_text(c, req, stops), "content": p.content,
+                  "tool_calls": p.calls, "tool_call_error": p.error}
+                 for c, p in zip(outs, parses)]  # fmt: skip
+        request = {"messages": req.messages, "tools": req.tools, "tool_choice": req.tool_choice}
+        session = self.record(ticket, "chat", request, prompts, outs, params, extra)
+        reasons = ["tool_calls" if p.calls else c.finish_reason for c, p in zip(outs, parses)]
+        if req.stream:
+            chunks = [
+                {"pieces": list(_pieces(self.tokenizer, c.token_ids, p.content, True))
+                 if not p.calls else [p.content], "tool_calls": p.calls, "finish_reason": r}
+                for c, p, r in zip(outs, parses, reasons)
+            ]  # fmt: skip
+            stream = stream_chat(base, chunks)
+            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
+        choices = self._chat_choices(req, outs, parses, reasons)
+        return _with_session(
+            {**base, "choices": choices, "usage": _usage(prompts, outs, req.n)}, session
+        )
+
+    def _chat_choices(
+        self, req: ChatRequest, outs: list[Completion], parses: list, reasons: list[str]
+    ) -> list[dict]:
+        """One chat choice per output: the assistant message, its tool calls and logprobs."""
+        choices = []
+        for i, (c, p, reason) in enumerate(zip(outs, parses, reasons)):
+            logprobs = None
+            if req.logprobs:
+                toks = [self.tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
+                raw = [list(token_bytes(self.tokenizer, t)) for t in c.token_ids]
+                logprobs = {
+                    "content": [
+                        {"token": s, "logprob": lp, "bytes": b, "top_logprobs": []}
+                        for s, b, lp in zip(toks, raw, _finite(c.logprobs))
+                    ]
+                }
+            message: dict[str, Any] = {"role": "assistant", "content": p.content}
+            if p.calls:
+                message["content"] = p.content or None
+                message["tool_calls"] = p.calls
+            choices.append(
+                {"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason}
+            )
+        return choices
+
+
+def _add_routes(app: FastAPI, served: _Served, max_request_s: float | None) -> None:
+    """The error handler and the routes, each a thin call into `served`."""
+
+    @app.exception_handler(APIError)
+    def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(render_error(exc.status, exc.kind, exc.message), exc.status)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "model": served.model_name}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        name, created = served.model_name, served.created
+        card = {"id": name, "object": "model", "created": created, "owned_by": "arborl"}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        work = partial(served.complete, req, session_of(request, req))
+        return await run_request(request, work, max_request_s, FLAG)
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest, request: Request):
+        work = partial(served.chat_complete, req, session_of(request, req))
+        return await run_request(request, work, max_request_s, FLAG)
+
+
 def create_app(
     backend: GenerationBackend,
     tokenizer: PreTrainedTokenizerBase,
@@ -236,204 +476,21 @@ def create_app(
         raise ValueError(f"max_request_s={max_request_s} must be >= 0 (0: no limit)")
     TOOL_PARSERS.get(tool_parser)  # an unknown parser fails here, listing the known ones
     app = FastAPI(title="arborl serve", version="1")
-    queue = ModelQueue()
-    created = int(time.time())
     context = int(getattr(backend, "max_length", 0) or 0)
     max_tokens_limit = max_tokens_limit or (context if 0 < context < 10**9 else 4096)
-    vocab = len(tokenizer)
+    served = _Served(
+        backend=backend,
+        tokenizer=tokenizer,
+        model_name=model_name,
+        default_max_tokens=default_max_tokens,
+        max_tokens_limit=max_tokens_limit,
+        max_rows=max_rows,
+        tool_parser=tool_parser,
+        recorder=recorder,
+    )
     install_handlers(app, render_error)
     guard_kwargs = {"token": api_key, "render": render_error, "limits": limits,
                     "auth_kind": "authentication_error", **(guard or {})}  # fmt: skip
     app.add_middleware(Guard, **guard_kwargs)
-
-    @app.exception_handler(APIError)
-    def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(render_error(exc.status, exc.kind, exc.message), exc.status)
-
-    def check_model(req: _Base) -> None:
-        if req.model not in (None, "", model_name):
-            raise APIError(
-                404,
-                f"model {req.model!r} is not served here; use {model_name!r}",
-                "not_found_error",
-            )
-
-    def run(prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str], session):
-        _check_limits(prompts, req, max_tokens, vocab, max_tokens_limit, max_rows)
-        params = SamplingParams(
-            max_new_tokens=max_tokens,
-            # A subnormal temperature overflows logits / T to inf (NaN logprobs): greedy.
-            temperature=req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            stop=stops,
-            seed=req.seed,
-        )
-        ticket = None
-        if recorder is not None:
-            params, ticket = recorder.begin(session, params, len(prompts) * req.n)
-        repeated = [p for p in prompts for _ in range(req.n)]
-        try:
-            with queue.hold():
-                return backend.generate(repeated, params), params, ticket
-        except BaseException as e:
-            if recorder is not None:
-                recorder.end(ticket, None)  # a failed call is not recorded
-            if isinstance(e, ValueError):
-                raise APIError(400, str(e)) from e
-            raise
-
-    def record(ticket, kind: str, request: dict, prompts, outs, params, extra) -> str | None:
-        if recorder is None:
-            return None
-        choices = [
-            {"response_ids": list(c.token_ids), "logprobs": list(c.logprobs),
-             "finish_reason": c.finish_reason, **x}
-            for c, x in zip(outs, extra)
-        ]  # fmt: skip
-        sampling = {"temperature": params.temperature, "top_p": params.top_p,
-                    "top_k": params.top_k, "max_tokens": params.max_new_tokens,
-                    "stop": list(params.stop), "seed": params.seed,
-                    "row_seeds": params.row_seeds}  # fmt: skip
-        call = {"kind": kind, "request": request, "sampling": sampling,
-                "prompt_ids": [list(p) for p in prompts], "n": len(outs) // len(prompts),
-                "choices": choices}  # fmt: skip
-        return recorder.end(ticket, call)
-
-    def finish_text(c: Completion, req: _Base, stops: list[str]) -> str:
-        text = tokenizer.decode(c.token_ids, skip_special_tokens=req.skip_special_tokens)
-        return text if req.include_stop_str_in_output else _cut_at_stop(text, stops)
-
-    def usage(prompts: list[list[int]], outs: list[Completion], n: int) -> dict:
-        p = sum(len(x) for x in prompts) * n
-        c = sum(len(o.token_ids) for o in outs)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-    @app.get("/health")
-    def health() -> dict:
-        return {"status": "ok", "model": model_name}
-
-    @app.get("/v1/models")
-    def models() -> dict:
-        card = {"id": model_name, "object": "model", "created": created, "owned_by": "arborl"}
-        return {"object": "list", "data": [card]}
-
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest, request: Request):
-        work = partial(complete, req, session_of(request, req))
-        return await run_request(request, work, max_request_s, FLAG)
-
-    @app.post("/v1/chat/completions")
-    async def chat(req: ChatRequest, request: Request):
-        work = partial(chat_complete, req, session_of(request, req))
-        return await run_request(request, work, max_request_s, FLAG)
-
-    def complete(req: CompletionRequest, session: str | None):
-        check_model(req)
-        if req.echo:
-            raise APIError(400, "echo=true is not supported; set echo=false")
-        prompt = req.prompt
-        if isinstance(prompt, str):
-            prompt = [prompt]
-        if prompt and all(isinstance(x, int) for x in prompt):
-            prompt = [prompt]  # a single prompt given as token ids
-        prompts = [
-            p if isinstance(p, list) else _encode(tokenizer, p, f"prompt[{i}]")
-            for i, p in enumerate(prompt)
-        ]
-        stops = _stops(req.stop)
-        outs, params, ticket = run(
-            prompts, req, req.max_tokens or min(16, max_tokens_limit), stops, session
-        )
-        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        choices = []
-        for i, c in enumerate(outs):
-            text = finish_text(c, req, stops)
-            pieces = list(_pieces(tokenizer, c.token_ids, text, req.skip_special_tokens))
-            logprobs = None
-            if req.logprobs is not None:
-                offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
-                logprobs = {
-                    "tokens": pieces,
-                    "token_logprobs": _finite(c.logprobs),
-                    "top_logprobs": None,
-                    "text_offset": offsets,
-                }
-            choices.append(
-                {
-                    "index": i,
-                    "text": text,
-                    "pieces": pieces,
-                    "logprobs": logprobs,
-                    "finish_reason": c.finish_reason,
-                }
-            )
-            if req.return_token_ids:
-                choices[-1]["token_ids"] = list(c.token_ids)
-        extra = [{"text": ch["text"]} for ch in choices]
-        session = record(ticket, "completion", {"prompt": req.prompt}, prompts, outs, params, extra)
-        base = {"id": rid, "object": "text_completion", "created": now, "model": model_name}
-        if req.stream:
-            stream = stream_completions(base, choices)
-            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
-        for ch in choices:
-            ch.pop("pieces")
-        return _with_session(
-            {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}, session
-        )
-
-    def chat_complete(req: ChatRequest, session: str | None):
-        check_model(req)
-        try:
-            text = render_chat(tokenizer, req.messages, req.tools)
-        except MessageError as e:
-            raise APIError(400, str(e)) from e
-        prompts = [_encode(tokenizer, text, "messages")]
-        stops = _stops(req.stop)
-        max_tokens = (
-            req.max_completion_tokens or req.max_tokens or min(default_max_tokens, max_tokens_limit)
-        )
-        outs, params, ticket = run(prompts, req, max_tokens, stops, session)
-        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        base = {"id": rid, "object": "chat.completion", "created": now, "model": model_name}
-        req.skip_special_tokens = True  # chat content never shows <|end|> and friends
-        tools = req.tools if req.tool_choice != "none" else None
-        parses = [parse_tool_calls(finish_text(c, req, stops), tools, tool_parser) for c in outs]
-        extra = [{"text": finish_text(c, req, stops), "content": p.content,
-                  "tool_calls": p.calls, "tool_call_error": p.error}
-                 for c, p in zip(outs, parses)]  # fmt: skip
-        request = {"messages": req.messages, "tools": req.tools, "tool_choice": req.tool_choice}
-        session = record(ticket, "chat", request, prompts, outs, params, extra)
-        reasons = ["tool_calls" if p.calls else c.finish_reason for c, p in zip(outs, parses)]
-        if req.stream:
-            chunks = [
-                {"pieces": list(_pieces(tokenizer, c.token_ids, p.content, True)) if not p.calls
-                 else [p.content], "tool_calls": p.calls, "finish_reason": r}
-                for c, p, r in zip(outs, parses, reasons)
-            ]  # fmt: skip
-            stream = stream_chat(base, chunks)
-            return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
-        choices = []
-        for i, (c, p, reason) in enumerate(zip(outs, parses, reasons)):
-            logprobs = None
-            if req.logprobs:
-                toks = [tokenizer.decode([t], skip_special_tokens=False) for t in c.token_ids]
-                raw = [list(token_bytes(tokenizer, t)) for t in c.token_ids]
-                logprobs = {
-                    "content": [
-                        {"token": s, "logprob": lp, "bytes": b, "top_logprobs": []}
-                        for s, b, lp in zip(toks, raw, _finite(c.logprobs))
-                    ]
-                }
-            message: dict[str, Any] = {"role": "assistant", "content": p.content}
-            if p.calls:
-                message["content"] = p.content or None
-                message["tool_calls"] = p.calls
-            choices.append(
-                {"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason}
-            )
-        return _with_session(
-            {**base, "choices": choices, "usage": usage(prompts, outs, req.n)}, session
-        )
-
+    _add_routes(app, served, max_request_s)
     return app
