@@ -278,8 +278,8 @@ def phase_confirm(work: Path, p: dict, policy_dir: Path) -> dict:
 def phase_search(work: Path, p: dict, policy_dir: Path) -> dict:
     """Solve rate at equal token budgets: unguided sampling vs beam search scored by the
     PRM, by random numbers, by a no-op filter, and by the BFS heuristic (a ceiling)."""
+    from arborl.envs.builtin.maze import heuristic as maze_value
     from arborl.search import FunctionEvaluator, LMProposer
-    from arborl.search.evaluators import maze_value
 
     _, backend, tok, agent = lm_policy(policy_dir, seed=4)
     # oversample=1: every generated token is a candidate step (sampling's k=1 wastes none)

@@ -26,12 +26,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from arborl.envs import EnvSpec, registered_ids, spec
-
-# The built-in games' heuristics, re-exported under the names callers score a view with
-# directly; search itself finds every env's heuristic through the registry (`HEURISTICS`).
-from arborl.envs.builtin.countdown import heuristic as countdown_value  # noqa: F401
-from arborl.envs.builtin.maze import heuristic as maze_value  # noqa: F401
-from arborl.envs.builtin.sokoban import heuristic as sokoban_value  # noqa: F401
 from arborl.search.base import NodeView, node_seed
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import arborl.envs as E
+from arborl.envs.builtin.countdown import heuristic as countdown_value
+from arborl.envs.builtin.maze import heuristic as maze_value
+from arborl.envs.builtin.sokoban import heuristic as sokoban_value
 from arborl.search import (
     ActionsProposer,
     Budget,
@@ -16,7 +19,6 @@ from arborl.search import (
     make_search,
     run,
 )
-from arborl.search.evaluators import countdown_value, maze_value, sokoban_value
 from arborl.search.got import Aggregate, Generate, KeepBest, Score
 from arborl.search.html import render_html
 
