@@ -41,6 +41,22 @@ FIELDS: dict[str, str] = {
 """Field names the built-in sources read, with their meaning."""
 
 
+def batch_fields(batch) -> dict[str, np.ndarray]:
+    """The `FIELDS` of each step row of a rollout `Batch` (`arborl.rollout.batching`), the
+    arrays a reward source is called with."""
+    done = batch.meta["done"]
+    return {
+        "env_reward": batch.tensors["step_reward"].numpy(),
+        "valid_action": batch.meta["valid_action"].astype(float),
+        "format_ok": batch.meta["format_ok"].astype(float),
+        "is_last": done.astype(float),
+        "won": batch.tensors["won"].numpy() & done.astype(bool),
+        "potential": batch.meta["potential"].astype(float),
+        "next_potential": batch.meta["next_potential"].astype(float),
+        "terminated": batch.meta["terminated"].astype(float),
+    }
+
+
 @runtime_checkable
 class RewardFn(Protocol):
     """A batched reward source: per-row fields in, one float per row out."""

@@ -33,6 +33,7 @@ from arborl.data import write_trajectories
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
 from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
+from arborl.rewards.sources import batch_fields
 from arborl.rollout import draw_seeds
 from arborl.train.advantages import (
     compute_advantages,
@@ -84,16 +85,7 @@ def batch_rewards(
     returned as it is, for `drop_env_errors(batch, trajectories, rewards)` to drop its
     episode as an env error; the metrics leave such episodes out (one NaN row made every
     `reward/*` of the step null)."""
-    fields = {
-        "env_reward": batch.tensors["step_reward"].numpy(),
-        "valid_action": batch.meta["valid_action"].astype(float),
-        "format_ok": batch.meta["format_ok"].astype(float),
-        "is_last": batch.meta["done"].astype(float),
-        "won": batch.tensors["won"].numpy() & batch.meta["done"].astype(bool),
-        "potential": batch.meta["potential"].astype(float),
-        "next_potential": batch.meta["next_potential"].astype(float),
-        "terminated": batch.meta["terminated"].astype(float),
-    }
+    fields = batch_fields(batch)
     if "rm" in sources and trajectories is not None:  # a reward model reads whole episodes
         fields.update(rm_fields(batch, trajectories))
     total, comps = combine_rewards(fields, sources, fns=fns)

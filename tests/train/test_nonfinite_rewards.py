@@ -196,3 +196,17 @@ def test_a_reward_source_nan_in_a_run_is_an_env_error_too(tmp_path):
     assert [r["rollout/env_errors"] for r in recs] == [1.0, 1.0]
     assert all(v is not None for r in recs for v in r.values())
     assert trainer.env_errors == 2
+
+
+def test_a_batch_gives_every_documented_reward_field_per_row(policy):
+    """`batch_fields` (what `batch_rewards` hands the sources) and `FIELDS` (what the docs
+    and `arborl.rewards` promise a source) name the same fields, one value per row."""
+    from arborl.rewards.sources import FIELDS, batch_fields
+
+    res = _rollout(policy, set(), NAN)
+    fields = batch_fields(res.batch)
+    assert set(fields) == set(FIELDS)
+    assert all(len(v) == len(res.batch) for v in fields.values())
+    last = res.batch.meta["done"].astype(bool)
+    assert fields["is_last"].sum() == 4 == last.sum()  # 2 tasks x 2 episodes, one last row each
+    assert not fields["won"][~last].any()  # success counts on an episode's last row only
