@@ -18,6 +18,9 @@ same call (`Job.after`), and is "skipped" when the start did not finish.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
 import signal
 import subprocess
 import sys
@@ -157,12 +160,28 @@ def report_end(job: Job, code: int, wall_s: float, echo: Callable[[str], None]) 
     return "failed"
 
 
+def die_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when its parent dies, even by SIGKILL
+    (Linux `prctl(PR_SET_PDEATHSIG)`), so a killed `arborl compare` leaves no run going;
+    elsewhere a no-op. Exits at once when the parent is already gone."""
+    parent = os.getppid()
+    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if libc_name is None:
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(libc_name, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the call took effect
+        raise SystemExit(128 + signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     """A child's entry: `run_cell(KIND, OVERRIDES)`; `ABORTED_EXIT` when the run aborts."""
     from arborl.progress import quiet_foreign_bars
     from arborl.train.rl import TrainingAborted
 
     kind, *overrides = sys.argv[1:] if argv is None else argv
+    if argv is None:  # a child of `run_jobs`, not a call from Python
+        die_with_parent()
     quiet_foreign_bars()  # as `arborl train` does: the log is a file, not a terminal
     try:
         with sigterm_as_exit():  # the parent's terminate() lets the run close its env workers

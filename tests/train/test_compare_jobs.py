@@ -179,3 +179,50 @@ def test_a_sigterm_to_the_parent_stops_its_children(tmp_path):
     assert parent.wait(timeout=30) == 128 + signal.SIGTERM
     with pytest.raises(ProcessLookupError):  # terminated and reaped by the parent
         os.kill(child, 0)
+
+
+MIDDLE = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[2]])
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(120)
+"""
+CHILD = """
+import time
+from arborl.train.compare_jobs import die_with_parent, sigterm_as_exit
+die_with_parent()
+with sigterm_as_exit():
+    time.sleep(120)
+"""
+
+
+def test_a_child_run_ends_when_its_parent_is_killed_outright(tmp_path):
+    """SIGKILL cannot be caught, so the parent cannot stop its children then: each child
+    asks the kernel for a SIGTERM when its parent dies (`die_with_parent`)."""
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", MIDDLE, str(pid_file), CHILD])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    time.sleep(3)  # the child has imported arborl and made its request
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(child):
+        assert time.monotonic() < deadline, "the child outlived its killed parent"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
