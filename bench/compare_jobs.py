@@ -17,7 +17,6 @@ start-up (importing torch), which a run of a few seconds does not repay.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -44,6 +43,7 @@ def numbers(result: dict) -> list:
 
 
 def timed_grid(args: argparse.Namespace, jobs: int, out: Path) -> tuple[float, dict]:
+    """(wall seconds, comparison) of the grid run into `out` with `jobs` cells at once."""
     from arborl.config import from_dict
     from arborl.train.compare import CompareConfig, run_grid
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": {"jobs_1": round(one_s, 1), f"jobs_{args.jobs}": round(many_s, 1)},
         "speedup": round(one_s / many_s, 3),
         "same_numbers": same,
-        "runs": json.loads(json.dumps(numbers(one))),
+        "runs": [list(run) for run in numbers(one)],
         "load_before": load_before,
         "machine": machine_info(1),
     }

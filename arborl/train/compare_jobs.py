@@ -39,6 +39,8 @@ uncaught exception, so a crash is never read as an abort."""
 ABORTED = "aborted: "
 """The child's last line before `ABORTED_EXIT`: this, then `TrainingAborted`'s reason."""
 POLL_S = 0.1
+PARENT_ENV = "ARBORL_COMPARE_PARENT"
+"""Set in a child's environment to the parent's pid (`die_with_parent`)."""
 """How often the parent looks for children that ended."""
 
 
@@ -103,8 +105,8 @@ def run_jobs(jobs: list[Job], max_jobs: int, echo: Callable[[str], None]) -> dic
 
 @contextmanager
 def stop_on_exit(running: dict[str, tuple[Job, subprocess.Popen, float]]):
-    """On leaving the block by an exception, terminate the children still in `running`
-    and wait for them, so none outlives the parent."""
+    """On leaving the block, terminate the children still in `running` and wait for them,
+    so none outlives the parent (only an exception leaves any: a normal end has none)."""
     try:
         yield
     finally:
@@ -142,6 +144,7 @@ def launch(job: Job) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, PARENT_ENV: str(os.getpid())},
         )
 
 
@@ -160,17 +163,16 @@ def report_end(job: Job, code: int, wall_s: float, echo: Callable[[str], None]) 
     return "failed"
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int) -> None:
     """Have the kernel send this process SIGTERM when its parent dies, even by SIGKILL
     (Linux `prctl(PR_SET_PDEATHSIG)`), so a killed `arborl compare` leaves no run going;
-    elsewhere a no-op. Exits at once when the parent is already gone."""
-    parent = os.getppid()
+    elsewhere a no-op. Exits at once when the parent (pid `parent`) is already gone."""
     libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
     if libc_name is None:
         return
     pr_set_pdeathsig = 1
     ctypes.CDLL(libc_name, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != parent:  # the parent died before the call took effect
+    if os.getppid() != parent:  # it died before the call, even before this process ran
         raise SystemExit(128 + signal.SIGTERM)
 
 
@@ -180,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     from arborl.train.rl import TrainingAborted
 
     kind, *overrides = sys.argv[1:] if argv is None else argv
-    if argv is None:  # a child of `run_jobs`, not a call from Python
-        die_with_parent()
+    if PARENT_ENV in os.environ:  # a child of `run_jobs`
+        die_with_parent(int(os.environ[PARENT_ENV]))
     quiet_foreign_bars()  # as `arborl train` does: the log is a file, not a terminal
     try:
         with sigterm_as_exit():  # the parent's terminate() lets the run close its env workers

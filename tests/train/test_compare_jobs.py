@@ -188,9 +188,9 @@ open(sys.argv[1], "w").write(str(child.pid))
 time.sleep(120)
 """
 CHILD = """
-import time
+import os, time
 from arborl.train.compare_jobs import die_with_parent, sigterm_as_exit
-die_with_parent()
+die_with_parent(os.getppid())
 with sigterm_as_exit():
     time.sleep(120)
 """
@@ -226,3 +226,13 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_child_whose_parent_is_already_gone_exits_at_once():
+    """A parent killed before its child asked for the signal: the child's parent is no
+    longer the pid it was given (`PARENT_ENV`), and it exits instead of running on."""
+    import subprocess
+    import sys
+
+    code = "from arborl.train.compare_jobs import die_with_parent; die_with_parent(1)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 128 + 15
