@@ -6,6 +6,7 @@ Optional: full fine-tuning of tiny presets is cheap, LoRA matters for real check
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -38,7 +39,10 @@ def apply_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing`, whose FutureWarning
+        # names an attribute the user never touched; only that warning is silenced.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
         torch.manual_seed(seed)
         return get_peft_model(model, config)
 

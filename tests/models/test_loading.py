@@ -204,3 +204,14 @@ def test_saving_prints_no_hf_shard_bar_and_keeps_the_bar_setting(tmp_path, capfd
     assert "Writing model shards" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # other HF calls keep their bars
     assert load_policy(str(tmp_path / "p"))[0].num_parameters() == model.num_parameters()
+
+
+def test_lora_wrapping_warns_nothing_the_user_did_not_do():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_lora(load_policy("tiny-0.1m")[0], r=4)
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)], [
+        str(w.message) for w in caught
+    ]
