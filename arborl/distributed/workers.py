@@ -31,6 +31,7 @@ from arborl.generation.hf import HFBackend
 from arborl.train import build
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_share
+from arborl.train.memory import resolve_micro_batch_tokens
 from arborl.train.rollout_modes import rollout_step
 from arborl.train.update import actor_update, critic_fit, critic_values, score_rows
 
@@ -56,6 +57,7 @@ class TrainRole:
         self.policy_path = policy_path
         self.device = sharding.pick_device(cfg.ray.gpus_per_rank)
         self.model = self.critic = self.ref = None
+        self.algo = cfg.algo  # its micro-batch budget resolved in `setup`
 
     @register("one_to_all", "all")
     def where(self) -> dict[str, Any]:
@@ -80,6 +82,7 @@ class TrainRole:
             return sharding.shard_model(module.to(self.device), mesh, mp)
 
         model, self.tokenizer = build.build_policy(c, self.policy_path)
+        self.algo = replace(c.algo, micro_batch_tokens=self._micro_batch_tokens(model))
         # As the local engine: the reference is the policy RL starts from (after SFT).
         ref = build.build_reference(c, model)
         self.model = shard(model)
@@ -102,9 +105,21 @@ class TrainRole:
             values = critic_values(self.critic, shard.to(self.device), self._mtok)
         return Batch({"values": values})
 
+    def _micro_batch_tokens(self, model: torch.nn.Module) -> int:
+        """The update's micro-batch token budget (`arborl.train.memory`), the smallest of the
+        ranks' so all agree: CPU ranks split the host's free memory (all may share one
+        machine), a GPU rank has its device's; measured on the unsharded model."""
+        share = self.world_size if self.device.type == "cpu" else 1
+        ctx = build.compute_dtype(self.cfg, model)
+        requested = self.cfg.algo.micro_batch_tokens
+        tokens = resolve_micro_batch_tokens(model, requested, share, ctx, device=self.device)
+        agreed = torch.tensor([tokens], device=self.device)
+        torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MIN)
+        return int(agreed.item())
+
     @property
     def _mtok(self) -> int:
-        return self.cfg.algo.micro_batch_tokens
+        return self.algo.micro_batch_tokens
 
     @register("dp_minibatches", "rank_zero")
     def update_actor(self, shards, template: Batch, temperature: float, kl_coef: float):
@@ -112,7 +127,7 @@ class TrainRole:
         self.model.train()
         shards = [s.to(self.device) if s is not None else None for s in shards]
         up = actor_update(
-            self.model, self.opt, shards, template.to(self.device), self.cfg.algo,
+            self.model, self.opt, shards, template.to(self.device), self.algo,
             temperature, kl_coef, comm=FSDP,
         )  # fmt: skip
         self.model.eval()
@@ -126,7 +141,7 @@ class TrainRole:
             self.critic_opt,
             shards,
             template.to(self.device),
-            self.cfg.algo,
+            self.algo,
             comm=FSDP,
         )
         return up.stats, up.skipped

@@ -176,8 +176,11 @@ class AlgoConfig:
     minibatch_size: int = field(default=4096, metadata={"min": 1})
     """Rows per optimizer step. The default takes a whole rollout batch in one step
     (on-policy, ratio 1): on the demo, several noisy minibatch steps per batch did worse."""
-    micro_batch_tokens: int = field(default=16384, metadata={"min": 64})
-    """Token budget of one forward/backward (gradients are accumulated over micro-batches)."""
+    micro_batch_tokens: int | None = field(default=None, metadata={"min": 64})
+    """Token budget of one forward/backward (gradients are accumulated over micro-batches).
+    None: sized at start from the policy's activation memory a token, measured, and the
+    memory free then (at most 16384; the run log says what it chose and why;
+    `arborl.train.memory`)."""
     lr: float = field(default=1e-4, metadata={"min": 0.0})
     """Actor learning rate."""
     critic_lr: float = field(default=1e-3, metadata={"min": 0.0})

@@ -27,7 +27,7 @@ drives the loop through steps, a save and a resume with a small engine written t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +42,7 @@ from arborl.rollout import CHOICE_KEYS, RolloutConfig
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_policy
+from arborl.train.memory import resolve_micro_batch_tokens
 from arborl.train.rollout_modes import rollout_step
 from arborl.train.update import UpdateResult, actor_update, critic_fit, critic_values, score_rows
 
@@ -212,6 +213,11 @@ class LocalEngine:
         self.pools = build.build_pool_set(cfg)  # the run's envs and workers, until `close`
         try:
             self.pool = build.build_train_pool(cfg, pools=self.pools)
+            # `algo.*` with the update's micro-batch token budget resolved, once the run's
+            # other parts hold their memory (`arborl.train.memory`)
+            ctx = build.compute_dtype(cfg, self.model)
+            tokens = resolve_micro_batch_tokens(self.model, cfg.algo.micro_batch_tokens, 1, ctx)
+            self.algo = replace(cfg.algo, micro_batch_tokens=tokens)
         except BaseException:
             self.pools.close()
             raise
@@ -237,16 +243,16 @@ class LocalEngine:
 
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
         with build.compute_dtype(self.cfg, self.ref):
-            return score_rows(self.ref, batch, temperature, self.cfg.algo.micro_batch_tokens)
+            return score_rows(self.ref, batch, temperature, self.algo.micro_batch_tokens)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
         with build.compute_dtype(self.cfg, self.critic):
-            return critic_values(self.critic, batch, self.cfg.algo.micro_batch_tokens)
+            return critic_values(self.critic, batch, self.algo.micro_batch_tokens)
 
     def update(self, actor_minibatches, critic_minibatches, temperature, kl_coef) -> UpdateResult:
         self.model.train()
-        a = self.cfg.algo
+        a = self.algo
         template = actor_minibatches[0][:1]
         with build.compute_dtype(self.cfg, self.model):
             up = actor_update(

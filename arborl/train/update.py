@@ -42,6 +42,7 @@ from arborl import algos
 from arborl.data import Batch
 from arborl.models.candidates import candidate_token_logp, choice_entropy, choice_logp
 from arborl.models.scoring import distinct_rows, response_logits
+from arborl.train import memory
 
 
 @dataclass
@@ -245,13 +246,14 @@ def minibatch_counts(mb: Batch) -> dict[str, float]:
     return {"num_seqs": float(len(mb)), "num_tokens": tokens}
 
 
-def _grouped_micro_batches(shard: Batch | None, max_tokens: int) -> list[Batch]:
+def _grouped_micro_batches(shard: Batch | None, max_tokens: int | None) -> list[Batch]:
     """A shard's micro-batches, rows of one prompt together (`group_prompts`), so each
-    distinct prompt is encoded about once per optimizer step (policy loss and critic fit)."""
+    distinct prompt is encoded about once per optimizer step (policy loss and critic fit).
+    `max_tokens` None (an `algo.micro_batch_tokens` the engine did not size): `memory.CAP`."""
     if shard is None or not len(shard):
         return []
     grouped, groups = group_prompts(shard)
-    return micro_batches(grouped, max_tokens, groups)
+    return micro_batches(grouped, max_tokens or memory.CAP, groups)
 
 
 def ppo_update(model, optimizer, batch: Batch, algo, temperature: float, generator, kl_coef: float):
@@ -425,7 +427,7 @@ def critic_fit(
         with comm.gathered(critic):
             # Rows of one state together, so that each micro-batch scores it once.
             for mb in _grouped_micro_batches(shard, algo.micro_batch_tokens):
-                values = critic_values(critic, mb, algo.micro_batch_tokens)
+                values = critic_values(critic, mb, algo.micro_batch_tokens or memory.CAP)
                 loss, _ = algos.value_loss(
                     values[:, None], mb.tensors["old_values"][:, None],
                     mb.tensors["returns"][:, None], torch.ones(len(mb), 1),

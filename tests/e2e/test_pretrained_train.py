@@ -7,6 +7,7 @@ the checkpoint (tests/models/test_pretrained.py); later runs load it from the ca
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -56,6 +57,16 @@ def test_train_smollm2_with_lora_updates_only_the_adapted_weights(tmp_path):
         assert r["actor/ratio_max"] == pytest.approx(1.0, abs=1e-3)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["gain"]["tasks"] == 2
+    # The update's micro-batches were sized to this model and the memory free (a fixed
+    # 16,384 tokens was ~29 GiB at peak for SmolLM2: arborl.train.memory).
+    sized = re.search(
+        r"micro-batches: up to (\d+) tokens \(activations ~([\d.]+) MiB a token \(measured\), "
+        r"([\d.]+) GiB free",
+        (run / "run.log").read_text(),
+    )
+    assert sized, "run.log does not say how the update's micro-batches were sized"
+    tokens, mib, gib = int(sized[1]), float(sized[2]), float(sized[3])
+    assert mib > 0.5 and 2 * mib * tokens <= 0.5 * gib * 1024 * 1.01
 
     base, _ = load_policy("smollm2-135m-instruct")
     trained, tok = load_policy(str(run / "checkpoints" / "step-2" / "policy"))
