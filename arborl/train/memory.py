@@ -3,8 +3,9 @@
 A micro-batch's activations, kept by autograd for the backward pass, grow with its tokens,
 and how fast depends on the model: about 0.013 MiB a token for the 0.1M preset, 0.9 MiB for
 SmolLM2-135M (float32, measured with `activation_bytes_per_token`). A fixed budget of
-16,384 tokens is nothing for the first and ~23 GiB of activations for the second, which the
-kernel answers by killing the run in its first update. So when `algo.micro_batch_tokens` is
+16,384 tokens is nothing for the first and ~15 GiB of saved activations (~23 GiB at peak)
+for the second, which on a 24 GiB machine the kernel answers by killing the run in its first
+update. So when `algo.micro_batch_tokens` is
 None (the default) the budget is sized once, before training: the activation bytes a token
 costs are measured on a short forward pass, and the budget is the largest power of two whose
 micro-batch (twice its saved activations: the backward's transients) takes at most half the
