@@ -68,3 +68,12 @@ def test_smollm2_would_not_fit_the_old_fixed_budget_on_a_24_gib_machine():
     assert 0.5 * MIB < per_token < 2 * MIB, per_token / MIB
     assert per_token * 16384 > 8 * GIB  # the old budget's saved activations alone
     assert budget_for(per_token, 22 * GIB) <= 4096
+
+
+def test_the_floor_is_the_configs_own_minimum():
+    from dataclasses import fields
+
+    from arborl.train.config import AlgoConfig
+
+    (field,) = [f for f in fields(AlgoConfig) if f.name == "micro_batch_tokens"]
+    assert memory.FLOOR == field.metadata["min"]  # a budget the config itself would accept
