@@ -174,9 +174,16 @@ def test_entropy_and_sampling_by_hand():
     logp = torch.log(torch.tensor([[0.25, 0.75, 0.0]]))
     valid = torch.tensor([[True, True, False]])
     torch.testing.assert_close(choice_entropy(logp, valid), torch.tensor([0.5623351]))
-    # Inverse CDF: u < 0.25 picks slot 0, else slot 1; never the empty slot.
-    for u, want in [(0.0, 0), (0.2499, 0), (0.25, 1), (0.9999, 1)]:
+    # Inverse CDF: u below the first slot's mass picks slot 0, above it slot 1, never the
+    # empty slot. The mass is ln/exp of 0.25 in float32, whose last bit differs between
+    # CPUs' vector maths, so the uniforms sit well away from it.
+    for u, want in [(0.0, 0), (0.2, 0), (0.3, 1), (0.9999, 1)]:
         assert sample_choice(logp, torch.tensor([u]), greedy=False).item() == want
+    # On the boundary itself the upper slot wins. Built so every step is exact in IEEE-754
+    # on any machine: exp(0) = 1, so the CDF is (1, 2, 2) and u = 0.5 targets exactly 1.0.
+    even = torch.tensor([[0.0, 0.0, float("-inf")]])
+    for u, want in [(0.0, 0), (0.5, 1), (0.9999, 1)]:
+        assert sample_choice(even, torch.tensor([u]), greedy=False).item() == want
     assert sample_choice(logp, torch.tensor([0.0]), greedy=True).item() == 1
     # Temperature 2 on scores (0, ln 3): softmax of (0, ln 3 / 2) = (1, sqrt 3) / (1 + sqrt 3).
     scores = torch.tensor([[[0.0], [torch.log(torch.tensor(3.0))]]])  # (1, 2, 1)
