@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.arborl-installed
 
-.PHONY: install demo demo-maze test test-fast test-faults lint bench clean vllm
+.PHONY: install demo demo-maze test test-slow test-all test-faults lint bench clean vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -40,15 +40,23 @@ demo-maze: $(STAMP)
 	$(BIN)/arborl train
 
 # The suite on TEST_WORKERS pytest-xdist workers, a whole file per worker at a time, files
-# longest first (tests/durations.json; tests/conftest.py orders them).
+# longest first (tests/durations.json; tests/conftest.py orders them). Two tiers, as TRL
+# splits its suite: `make test` runs every test not marked slow (units, contracts, the fault
+# scenarios, toy-size commands); `make test-slow` runs the slow ones (whole training runs,
+# real env packages, Ray clusters, real vLLM, learning checks); `make test-all` runs both,
+# one after the other, and is what CI runs (.ci/run). Nothing is in neither tier.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(XDIST)
-
-test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q $(XDIST) -m slow
+
+test-all: $(STAMP)
+	$(MAKE) test
+	$(MAKE) test-slow
 
 # The standing fault suite alone (make test runs it too); ends with "fault suite: N/M scenarios held".
 test-faults: $(STAMP)
