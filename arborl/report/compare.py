@@ -316,10 +316,22 @@ def _succ(d: dict | None) -> str:
     return f"{d['success']:.3f} [{d['success_lo']:.3f}, {d['success_hi']:.3f}]" if d else "-"
 
 
-def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+Table = tuple[str, list[str], list[list[str]]]  # (title, headers, rows of text)
+
+
+def comparison_tables(result: dict) -> list[Table]:
     """(title, headers, rows of text) of each table of a `compare_runs` result."""
     pct = f"{round(result['level'] * 100)}%"
-    arms = [
+    return [
+        _arm_table(result, pct),
+        _pair_table(result, pct),
+        _run_table(result),
+        _curve_table(result),
+    ]
+
+
+def _arm_table(result: dict, pct: str) -> Table:
+    rows = [
         [
             a["arm"],
             str(len(a["seeds"])),
@@ -332,7 +344,13 @@ def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]
         for a in result["arms"]
         if a["seeds"]
     ]
-    pairs = [
+    title = f"gain over the start (mean over seeds, {pct} t interval over seeds)"
+    headers = ["arm", "seeds", "before RL", "after RL", f"gain [{pct} CI]", "gain per seed"]
+    return title, [*headers, "gained on"], rows
+
+
+def _pair_table(result: dict, pct: str) -> Table:
+    rows = [
         [
             f"{d['a']} - {d['b']}",
             " ".join(f"{x:+.3f}" for x in d["diffs"]) or "-",
@@ -342,7 +360,15 @@ def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]
         ]
         for d in result["paired"]
     ] or [["(one arm: nothing to pair)", "-", "-", "-"]]
-    runs = [
+    title = (
+        f"paired differences after RL (same start and held-out tasks per seed; {pct} t "
+        "interval over seeds)"
+    )
+    return title, ["a - b", "per seed", f"mean [{pct} CI]", "a ahead on"], rows
+
+
+def _run_table(result: dict) -> Table:
+    rows = [
         [
             r["run"],
             r["arm"],
@@ -356,59 +382,23 @@ def comparison_tables(result: dict) -> list[tuple[str, list[str], list[list[str]
         ]
         for r in result["runs"]
     ]
-    curves = []
+    headers = ["run", "arm", "seed", "before RL", "after RL", "gain [95% CI, tasks]"]
+    title = "runs (gain: paired over the held-out tasks of that run)"
+    return title, [*headers, "RL steps", "env steps", "wall s"], rows
+
+
+def _curve_table(result: dict) -> Table:
+    rows = []
     for arm, c in result["curves"].items():
         w = c["train_windows"]
         held = ", ".join(f"{s}: {v:.3f}" for s, v in zip(c["eval_step"], c["eval/success"]))
-        curves.append(
-            [
-                arm,
-                *(f"{w[k]:.3f}" if k in w else "-" for k in ("first", "middle", "last")),
-                held or "-",
-            ]
-        )
-    return [
-        (
-            f"gain over the start (mean over seeds, {pct} t interval over seeds)",
-            [
-                "arm",
-                "seeds",
-                "before RL",
-                "after RL",
-                f"gain [{pct} CI]",
-                "gain per seed",
-                "gained on",
-            ],
-            arms,
-        ),
-        (
-            f"paired differences after RL (same start and held-out tasks per seed; {pct} t "
-            "interval over seeds)",
-            ["a - b", "per seed", f"mean [{pct} CI]", "a ahead on"],
-            pairs,
-        ),
-        (
-            "runs (gain: paired over the held-out tasks of that run)",
-            [
-                "run",
-                "arm",
-                "seed",
-                "before RL",
-                "after RL",
-                "gain [95% CI, tasks]",
-                "RL steps",
-                "env steps",
-                "wall s",
-            ],
-            runs,
-        ),
-        (
-            f"training curves (mean over seeds: training success in the first, middle and last "
-            f"{WINDOW} RL steps; held-out success by step)",
-            ["arm", "first", "middle", "last", "held-out by step"],
-            curves,
-        ),
-    ]
+        windows = (f"{w[k]:.3f}" if k in w else "-" for k in ("first", "middle", "last"))
+        rows.append([arm, *windows, held or "-"])
+    title = (
+        f"training curves (mean over seeds: training success in the first, middle and last "
+        f"{WINDOW} RL steps; held-out success by step)"
+    )
+    return title, ["arm", "first", "middle", "last", "held-out by step"], rows
 
 
 def format_comparison(result: dict) -> str:
