@@ -4,8 +4,7 @@ visible by a `newbie_hanoi-0.1.dist-info` folder (its `arborl.envs` and
 `arborl.env_configs` entry points) on the PYTHONPATH of each command, instead of `pip
 install -e .`, so nothing is installed into the project's environment.
 
-The commands are read from the docs' block (README.md's Quickstart shows the same block,
-checked below), so the docs cannot drift from what runs; each gets a few toy-size
+The commands are read from the docs' block, so the docs cannot drift from what runs; each gets a few toy-size
 arguments appended (later flags and keys win) and runs in bash with this interpreter's bin
 folder first on PATH, so `arborl` and `python` are the project's.
 """
@@ -144,6 +143,3 @@ def test_the_docs_walkthrough_runs_from_a_package_outside_arborl(tmp_path):
     assert summary["gain"]["tasks"] == 4
     assert (run / "report.html").exists()
 
-
-def test_the_readme_shows_the_docs_walkthrough():
-    assert walkthrough_block(ROOT / "README.md") == walkthrough_block(DOCS)
