@@ -4,7 +4,7 @@
     .venv/bin/python tools/screenshot_report.py runs/demo/report.html \\
         --out docs/report.png --out-episodes docs/report_episodes.png
 
-The page is opened the way tests/report/test_browser.py opens it (arborl.report.browser):
+The page is opened the way tests/report/test_browser.py opens it (tools/report_browser.py, beside this script):
 a viewport of exactly --width x --height pixels, a wait until every chart is drawn, and a
 failure listing the console errors if there are any, so a broken page never becomes a
 picture. --out shows the top of the page, or --section scrolled to the top; --out-episodes
@@ -14,7 +14,12 @@ shows the before/after pairs. Selenium is imported only after the arguments are 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+# tools/report_browser.py is imported as `tools.report_browser` (as the tests do), from the
+# repository root: this script runs as a file, whose own folder is what Python puts first.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The heading of the before/after pairs: report.js fills #pair-count and #pair-list below
 # it, and the heading itself has no id.
@@ -66,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def scroll_to(driver, section: str) -> None:
     """Scroll `section` (id or CSS selector) to the top of the viewport, or raise naming the
     page's sections."""
-    from arborl.report.browser import BrowserError
+    from tools.report_browser import BrowserError
 
     found = driver.execute_script(SCROLL_JS, section)
     if isinstance(found, str):
@@ -91,7 +96,7 @@ def shoot(driver, section: str | None, out: Path) -> None:
 
 def screenshot_report(driver, args: argparse.Namespace) -> None:
     """Open `args.report` in `driver`, check it drew without console errors, write the PNGs."""
-    from arborl.report.browser import BrowserError, console_errors, wait_until_drawn
+    from tools.report_browser import BrowserError, console_errors, wait_until_drawn
 
     driver.get(args.report.resolve().as_uri())
     wait_until_drawn(driver, args.timeout)
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             f"error: {args.report} does not exist: write it first with "
             f"`arborl report RUN_DIR` (it writes RUN_DIR/report.html)"
         )
-    from arborl.report.browser import BrowserError, start_chromium
+    from tools.report_browser import BrowserError, start_chromium
 
     try:
         driver = start_chromium(args.width, args.height)

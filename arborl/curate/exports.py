@@ -104,10 +104,6 @@ def iter_rl_rows(records: list[Record], split: str) -> Iterator[dict]:
         yield verl_row(r.traj, len(seen) - 1, split, r.domain)
 
 
-def rl_rows(records: list[Record], split: str) -> list[dict]:
-    return list(iter_rl_rows(records, split))
-
-
 class _Curated(Sequence[Trajectory]):
     """The split's trajectories as exported (`curated_split`, `quality_score` in meta),
     each read when asked for: a format writer streams them."""

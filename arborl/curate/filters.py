@@ -141,18 +141,3 @@ def make_row_check(cfg: FilterConfig) -> Callable[[Record], tuple[str, str] | No
         return None
 
     return check
-
-
-def apply_filters(
-    records: list[Record], cfg: FilterConfig
-) -> tuple[list[Record], list[tuple[Record, str, str]]]:
-    """(kept, [(record, filter name, reason)]) after every check in `FILTERS`."""
-    check = make_row_check(cfg)
-    kept, dropped = [], []
-    for r in records:
-        failed = check(r)
-        if failed is None:
-            kept.append(r)
-        else:
-            dropped.append((r, *failed))
-    return kept, dropped

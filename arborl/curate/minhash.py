@@ -416,9 +416,3 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
     flat = np.sort(keys.ravel())
     dup = np.unique(flat[1:][flat[1:] == flat[:-1]])
     return np.isin(keys, dup)
-
-
-def rows_sharing_a_key(keys: np.ndarray) -> np.ndarray:
-    """(n,) bool: rows with a band key that another row also has (the only ones with
-    candidates at all; the rest of a large set usually is most of it)."""
-    return shared_keys(keys).any(axis=1)

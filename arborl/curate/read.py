@@ -103,11 +103,6 @@ def iter_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -
         )
 
 
-def read_file(path: Path, source: SourceConfig, strict: bool, out: ReadResult) -> None:
-    """`iter_file` into `out.records` (all of the file's rows in memory)."""
-    out.records += iter_file(path, source, strict, out)
-
-
 def iter_records(sources: list[SourceConfig], strict: bool, out: ReadResult) -> Iterator[Record]:
     """All rows of all sources, in order, one at a time; files and malformed rows are
     recorded in `out` (its `records` stay empty)."""

@@ -352,11 +352,6 @@ def iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
         )
 
 
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write `text` through a temp file in the same folder, then rename."""
-    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
-
-
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> Path:
     """`write(tmp)` then rename onto `path`: a crash never leaves a half-written file."""
     path = Path(path)

@@ -3,8 +3,18 @@
 import pytest
 
 from arborl.curate import FilterConfig, Record
-from arborl.curate.filters import apply_filters, bad_char, make_token_counter
+from arborl.curate.filters import bad_char, make_row_check, make_token_counter
 from arborl.data import Step, Trajectory
+
+
+def apply_filters(records, cfg):
+    """(kept, [(record, filter name, reason)]) after every check, as the pipeline applies them."""
+    check = make_row_check(cfg)
+    kept, dropped = [], []
+    for r in records:
+        failed = check(r)
+        (kept if failed is None else dropped).append(r if failed is None else (r, *failed))
+    return kept, dropped
 
 
 def _rec(tid, steps, won=True, instruction="do it"):

@@ -12,11 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborl.curate.config import SourceConfig
-from arborl.curate.read import ReadResult, UnreadableInput, read_file
+from arborl.curate.read import ReadResult, UnreadableInput, iter_file
 from arborl.data.tasks import read_task_seeds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SOURCES = ["arborl_maze.jsonl", "sharegpt_web_train.jsonl", "openai_math.jsonl"]
+
+
+def _read_file(path, source, strict, out):
+    out.records += iter_file(path, source, strict, out)
 
 
 def _json_rows(name: str) -> list:
@@ -117,7 +121,7 @@ def test_curate_reader_accounts_for_every_row_and_never_crashes(tmp_path_factory
     path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
     out = ReadResult()
     try:
-        read_file(path, SourceConfig(path=str(path), format=fmt), strict=False, out=out)
+        _read_file(path, SourceConfig(path=str(path), format=fmt), strict=False, out=out)
     except UnreadableInput:
         # By design only a file with no decodable row fails the run (exit 1): every line
         # here must then be junk, NaN/Infinity or a lone surrogate (not strict UTF-8 JSON).
@@ -163,5 +167,5 @@ def test_fuzz_starts_from_rows_that_read():
         assert len(ROWS[name]) >= 2, name
         out = ReadResult()
         path = FIXTURES / name
-        read_file(path, SourceConfig(path=str(path)), strict=False, out=out)
+        _read_file(path, SourceConfig(path=str(path)), strict=False, out=out)
         assert out.records, name

@@ -1,7 +1,7 @@
 """report.html in a real browser: headless Chromium (Debian's `chromium` and
 `chromium-driver`) driven by Selenium.
 
-The `browser` fixture (arborl/report/browser.py, shared with tools/screenshot_report.py)
+The `browser` fixture (tools/report_browser.py, shared with tools/screenshot_report.py)
 finds the system Chromium; on a fresh machine where it is missing and the user is root it
 installs it with apt-get, otherwise it fails saying what to install (never a silent skip:
 a report nobody can open is a failure). Checked: no console errors, every chart drawn with
@@ -22,7 +22,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def browser():
-    from arborl.report.browser import BrowserError, start_chromium
+    from tools.report_browser import BrowserError, start_chromium
 
     try:
         d = start_chromium(1400, 1000, install=True)
@@ -40,7 +40,7 @@ def test_report_renders_and_filters_in_chromium(browser, runs, tmp_path) -> None
     from selenium.webdriver.support.ui import Select
 
     from arborl.report import write_report
-    from arborl.report.browser import console_errors, wait_until_drawn
+    from tools.report_browser import console_errors, wait_until_drawn
 
     (runs[0] / "trees").mkdir()
     (runs[0] / "trees" / "t.html").write_text("<html><body><ul><li>root</li></ul></body></html>")
@@ -81,8 +81,8 @@ def test_hostile_text_and_non_finite_numbers_render_in_chromium(browser, tmp_pat
     """The review's blank pages: `<!--` ... `<script` in episode text and NaN / Infinity in
     a trajectory each left the page without charts or episodes."""
     from arborl.report import write_report
-    from arborl.report.browser import console_errors, wait_until_drawn
     from tests.report.conftest import HOSTILE_TEXT, make_hostile_run
+    from tools.report_browser import console_errors, wait_until_drawn
 
     out = write_report([make_hostile_run(tmp_path)])
     browser.get(out.resolve().as_uri())
@@ -136,7 +136,7 @@ def test_screenshot_tool_refuses_console_errors_and_unknown_sections(
 ) -> None:
     """On the module's browser: the checks before a picture is written."""
     from arborl.report import write_report
-    from arborl.report.browser import BrowserError
+    from tools.report_browser import BrowserError
 
     tool = _load_tool()
     report = write_report([runs[0]], tmp_path / "r.html")
