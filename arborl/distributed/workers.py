@@ -76,7 +76,7 @@ class TrainRole:
         c = self.cfg
         backend = sharding.init_process_group(self.rank, self.world_size, addr, port, self.device)
         mesh = sharding.device_mesh(self.world_size, self.device)
-        mp = sharding.mixed_precision(self.device, c.model.dtype)
+        mp = sharding.mixed_precision(self.device, build.model_dtype(c))
 
         def shard(module):
             return sharding.shard_model(module.to(self.device), mesh, mp)

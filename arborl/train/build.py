@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import os
 import warnings
@@ -28,9 +29,12 @@ from arborl import algos
 from arborl.envs import make_pool
 from arborl.envs.poolset import PoolSet
 from arborl.models import ValueModel, apply_lora, autocast_ctx, load_policy
+from arborl.models.precision import explain, resolve_dtype_setting
 from arborl.rollout.config import with_turn_limit
 from arborl.train.advantages import get_algorithm
 from arborl.train.config import TrainConfig
+
+log = logging.getLogger("arborl")
 
 
 def lr_lambda(warmup: int, total: int, schedule: str = "cosine", floor: float = 0.1):
@@ -64,7 +68,13 @@ def compute_dtype(cfg: TrainConfig, model: torch.nn.Module) -> contextlib.Abstra
     """The block every forward and backward of `model` runs in: autocast to `model.dtype`
     on `model`'s device (a no-op for float32); the weights stay float32."""
     device = next(model.parameters()).device.type
-    return autocast_ctx(cfg.model.dtype, device_type=device)
+    return autocast_ctx(model_dtype(cfg), device_type=device)
+
+
+def model_dtype(cfg: TrainConfig) -> str:
+    """`model.dtype`, with "auto" resolved (`load_train_config` already resolves it; a config
+    built in code may still say "auto")."""
+    return resolve_dtype_setting(cfg.model.dtype, cfg.model.name_or_path).dtype
 
 
 def build_policy(cfg: TrainConfig, path: str | None = None):
@@ -73,6 +83,7 @@ def build_policy(cfg: TrainConfig, path: str | None = None):
     The weights are float32 whatever `model.dtype` says: bf16 is mixed precision (the
     forward and backward passes run under `compute_dtype`), never bf16 master weights."""
     m = cfg.model
+    log.info(explain(model_dtype(cfg), m.name_or_path))
     model, tokenizer = load_policy(path or m.name_or_path, dtype="float32", seed=m.seed)
     if m.lora_rank:
         model = apply_lora(model, r=m.lora_rank, alpha=m.lora_alpha, seed=m.seed)

@@ -33,12 +33,15 @@ class ModelConfig:
     byte-level BPE + ChatML: bpe-tiny-0.1m, bpe-tiny-1m; a BPE learned from the env
     packages' text, prompts of tens of tokens: envbpe-tiny-0.1m, envbpe-tiny-1m), a
     pretrained name (smollm2-135m-instruct) or a local HF checkpoint dir."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Compute dtype. "bfloat16" is mixed precision: weights, gradients and optimizer states
     stay float32, and every forward and backward (generation, scoring, SFT, the RL update)
-    runs under `torch.autocast` in bf16 (FSDP2: `MixedPrecisionPolicy`). About 2x faster
-    on CPUs with AVX512-BF16 or AMX (bench/train_step.py --dtypes bfloat16); slower than
-    float32 on CPUs with neither."""
+    runs under `torch.autocast` in bf16 (FSDP2: `MixedPrecisionPolicy`). ~3x faster for
+    SmolLM2 on CPUs with AMX; far slower than float32 on CPUs without a bf16 unit. "auto"
+    (the default) resolves at config load to bf16 only where the CPU has AMX-BF16 or
+    AVX512-BF16, the model's hidden size is >= 512 (the tiny presets stay float32) and a
+    GEMM of its shapes is measured >= 1.5x faster in bf16; else float32. The run log says
+    what it chose and why, and config.yaml keeps the resolved value (arborl.models.precision)."""
     lora_rank: int = field(default=0, metadata={"min": 0})
     """LoRA rank; 0 trains all weights."""
     lora_alpha: int = field(default=16, metadata={"min": 1})
@@ -463,4 +466,9 @@ def load_train_config(
     }
     chosen = chooses_env(overrides or [], files or [])
     defaults = {} if chosen else {"env": DEFAULT_ENV_GROUP}  # the demo's Maze
-    return load_config(TrainConfig, overrides, config_dir, files, groups, defaults)
+    cfg = load_config(TrainConfig, overrides, config_dir, files, groups, defaults)
+    if cfg.model.dtype == "auto":  # resolved once, so every rank and a resume agree
+        from arborl.models.precision import resolve_dtype_setting
+
+        cfg.model.dtype = resolve_dtype_setting("auto", cfg.model.name_or_path).dtype
+    return cfg
