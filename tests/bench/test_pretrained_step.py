@@ -61,3 +61,20 @@ def test_flops_count_the_forward_twice_and_a_lora_backward_twice_more():
     assert rows["update"]["gemm_fraction"] == pytest.approx(1.01e-3 / 2.0)
     assert rows["overhead"]["wall_s"] == pytest.approx(1.0)  # 5 - 3 - 1: the rollout's 0.5 too
     assert rows["env"]["share"] == pytest.approx(0.2)
+
+
+def test_help_answers_without_importing_torch():
+    code = (
+        "import runpy, sys\n"
+        f"sys.path.insert(0, {str(BENCH)!r})\n"
+        "sys.argv = ['pretrained_step.py', '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({str(BENCH / 'pretrained_step.py')!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--gemm-tokens" in proc.stdout and "--dtypes" in proc.stdout
+    assert proc.stdout.strip().endswith("no torch")
