@@ -37,7 +37,8 @@ the trainer's thread count).
 
 The env packages must be set up (`arborl env add envpkgs/twx && arborl env setup
 twx/CoinCollector-v0`, the same for babyai/GoToLocal-v0 and alfworld/ALFWorld-v0, whose
-games come from ALFWORLD_DATA or ARBORL_ALFWORLD_ARCHIVES); an env that fails to start is
+games come from ALFWORLD_DATA or ARBORL_ALFWORLD_ARCHIVES, which the bench points at
+../shared/data/alfworld beside the checkout when neither is set); an env that fails is
 reported as skipped with the reason, and the others run.
 """
 
@@ -246,8 +247,8 @@ def profile_steps(trainer, args) -> dict:
     for _ in range(args.warmup):
         trainer.rl_step()
         trainer.step += 1
-    handles = [h for m in (trainer.engine.model, trainer.engine.ref) if m is not None
-               for h in phases.watch_model(m)]  # fmt: skip
+    models = (trainer.engine.model, getattr(trainer.engine, "ref", None))
+    handles = [h for m in models if m is not None for h in phases.watch_model(m)]
     prof, steps = phases.Profile(), []
     try:
         for _ in range(args.steps):
@@ -267,8 +268,6 @@ def profile_steps(trainer, args) -> dict:
 
 def run_one(env: str, dtype: str, args, rates: dict) -> dict:
     """One trainer's profiled steps as table rows (or `skipped` with the reason)."""
-    import torch
-
     with tempfile.TemporaryDirectory(prefix="arborl-pretrained-step-") as tmp:
         try:
             trainer = build_trainer(env, dtype, args, tmp)
@@ -291,8 +290,6 @@ def run_one(env: str, dtype: str, args, rates: dict) -> dict:
     rows = phase_rows(prof, prof.wall, sizes, rates[dtype]["gflops"], mode)
     known = {"env", "prompts", *MODEL_PHASES, *REF_PHASES, "update"}
     parts = {k: v for k, v in prof.seconds.items() if k not in known}
-    del trainer, model
-    torch.set_num_threads(args.threads)
     return {"wall_s": prof.wall, "steps": run["steps"], "phases": rows,
             "overhead_parts": parts, "model": sizes, "gemm_gflops": rates[dtype]["gflops"],
             "load1_after": os.getloadavg()[0]}  # fmt: skip
@@ -319,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    shared = REPO.parent / "shared" / "data" / "alfworld"  # the offline archives, as tests use
+    if not os.environ.get("ALFWORLD_DATA") and shared.is_dir():
+        os.environ.setdefault("ARBORL_ALFWORLD_ARCHIVES", str(shared))
     load_before = list(os.getloadavg())
     rates: dict = {}
     results = {env: {} for env in args.envs}
