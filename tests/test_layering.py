@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "arborl.registry": 0,  # the one registry helper, stdlib only
     "arborl.lazy": 0,  # PEP 562 lazy package exports, stdlib only
     "arborl.progress": 0,  # progress bars or plain lines, stdlib (+ lazy tqdm)
+    "arborl.phases": 0,  # named phase timers and token counts of a profiled step, stdlib
     "arborl.config": 0,
     "arborl.htmldata": 0,  # JSON for an HTML page's data block, stdlib only  # typed dataclass configs + YAML: a leaf any component's config may use
     # 1: the bottom packages of ARCHITECTURE.md.

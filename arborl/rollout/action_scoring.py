@@ -47,6 +47,7 @@ from arborl.models.candidates import (
     norm_divisor,
     sample_choice,
 )
+from arborl.phases import phase
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState, ScoredChoice
 from arborl.rollout.policies import Decision, LMPolicy
@@ -132,9 +133,10 @@ class ScoringPolicy(LMPolicy):
         """(response token ids, number of words) of one candidate action."""
         hit = self._candidates.get(action)
         if hit is None:
-            text = action_response(action, self.agent_cfg)
-            ids = encode_text(self.tokenizer, text) + [self.eos_id]
-            hit = self._candidates[action] = (ids, len(action.split()))
+            with phase("prompts"):
+                text = action_response(action, self.agent_cfg)
+                ids = encode_text(self.tokenizer, text) + [self.eos_id]
+                hit = self._candidates[action] = (ids, len(action.split()))
         return hit
 
     # --- acting -----------------------------------------------------------------------
@@ -150,7 +152,8 @@ class ScoringPolicy(LMPolicy):
             key = (tuple(prompt), tuple(self._actions(ep)))
             rows.append((k, prompt, cut, states.setdefault(key, len(states))))
         if rows:
-            scored = self.scored_states(list(states))  # one per distinct state
+            with phase("score"):
+                scored = self.scored_states(list(states))  # one per distinct state
             width = max(len(x.actions) for x in scored)
             logp = torch.full((len(scored), width), float("-inf"))  # (S, K)
             for i, x in enumerate(scored):

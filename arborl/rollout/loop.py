@@ -29,6 +29,7 @@ from arborl.data.trajectory import Trajectory
 from arborl.envs import Pool, make_pool
 from arborl.envs.poolset import PoolSet
 from arborl.generation.base import GenerationBackend
+from arborl.phases import phase
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig, with_turn_limit
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
@@ -86,7 +87,8 @@ def _resolve_pool(
 
 
 def _start_episodes(pool: Pool, seeds: Sequence[int], cfg: RolloutConfig, options) -> list:
-    obs, infos = pool.reset(list(seeds), cfg.group_size, options)
+    with phase("env"):
+        obs, infos = pool.reset(list(seeds), cfg.group_size, options)
     run = uuid.uuid4().hex[:8]
     episodes = []
     for i, (o, info) in enumerate(zip(obs, infos)):
@@ -166,7 +168,8 @@ def _run_turns(policy: Policy, pool: Pool, seeds, cfg: RolloutConfig, options, p
                 ep.end(d.end_reason or "prompt_tokens")
             else:
                 actions[ep.index] = d.action
-        results, _ = pool.step(actions) if actions else ([None] * len(pool), None)
+        with phase("env"):
+            results, _ = pool.step(actions) if actions else ([None] * len(pool), None)
         for ep, d in zip(live, decisions):
             if d.action is not None:
                 _apply(ep, d, results[ep.index], cfg)
@@ -294,6 +297,7 @@ def run_rollout(
     result = run_episodes_with_policy(
         policy, pool_or_env_id, seeds, cfg, split=split, env_kwargs=env_kwargs, progress=progress
     )
-    result.batch = build_batch(result.episodes, cfg.view, tokenizer.pad_token_id)
+    with phase("batch"):
+        result.batch = build_batch(result.episodes, cfg.view, tokenizer.pad_token_id)
     result.batch.info["temperature"] = cfg.temperature
     return result

@@ -30,6 +30,7 @@ from arborl.agent import (
 )
 from arborl.agent.config import ACTION_MODES
 from arborl.generation.base import MAX_SEED, GenerationBackend, SamplingParams, row_seed
+from arborl.phases import phase
 from arborl.registry import Registry
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState, ScoredChoice
@@ -162,6 +163,10 @@ class LMPolicy:
 
     def _prompt(self, ep: EpisodeState) -> tuple[list[int] | None, bool]:
         """(prompt ids or None when the episode must end, whether it was left-truncated)."""
+        with phase("prompts"):
+            return self._prompt_ids(ep)
+
+    def _prompt_ids(self, ep: EpisodeState) -> tuple[list[int] | None, bool]:
         if ep.memory is None:
             ep.memory = make_memory(self.agent_cfg)
         first = not ep.turns
@@ -240,7 +245,8 @@ class LMPolicy:
             if all(ep.sample_seed is not None for ep in eps):
                 row_seeds = [row_seed(ep.sample_seed, len(ep.turns)) for ep in eps]
             params = self._params(max(r[2] for r in rows), row_seeds)
-            completions = self.backend.generate([r[1] for r in rows], params)
+            with phase("generate"):
+                completions = self.backend.generate([r[1] for r in rows], params)
             self.num_calls += 1
             self.prompts_per_call.append(len(rows))
             for (k, prompt, budget, cut), c in zip(rows, completions):

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from arborl import phases
 from arborl.config import dump_yaml
 from arborl.progress import progress
 
@@ -227,7 +228,8 @@ class PhaseTimer:
     def phase(self, name: str):
         t0 = time.perf_counter()
         try:
-            yield
+            with phases.phase(name):  # the same phase, exclusive, in an active `Profile`
+                yield
         finally:
             key = f"time/{name}_s"
             self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
