@@ -122,6 +122,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--gemm-seconds", type=float, default=1.0, help="seconds of GEMMs per dtype for the rate"
     )
     ap.add_argument(
+        "--force-bf16",
+        action="store_true",
+        help="run bf16 steps even where bf16 GEMMs measure under half float32's rate (emulated)",
+    )
+    ap.add_argument(
         "--out", default=None, help="JSON path (default bench/results/pretrained_step.json)"
     )
     ap.add_argument("overrides", nargs="*", help="extra train config overrides (key=value)")
@@ -266,6 +271,21 @@ def profile_steps(trainer, args) -> dict:
     return {"prof": prof, "steps": steps}
 
 
+def emulated_bf16(rates: dict) -> str | None:
+    """Why a bf16 step is not worth running here: bf16 GEMMs at under half float32's rate
+    mean no bf16 matrix unit (emulation; an AVX2-only CPU runs them at ~1 GFLOP/s), and a
+    SmolLM2 step would take hours. None when bf16 is worth measuring."""
+    if "float32" not in rates or "bfloat16" not in rates:
+        return None
+    fp32, bf16 = rates["float32"]["gflops"], rates["bfloat16"]["gflops"]
+    if bf16 >= fp32 / 2:
+        return None
+    return (
+        f"bf16 GEMMs run {bf16:.2f} GFLOP/s against float32's {fp32:.1f} on this CPU (no "
+        "bf16 matrix unit: emulated), so a step would take hours; --force-bf16 runs it"
+    )
+
+
 def run_one(env: str, dtype: str, args, rates: dict) -> dict:
     """One trainer's profiled steps as table rows (or `skipped` with the reason)."""
     with tempfile.TemporaryDirectory(prefix="arborl-pretrained-step-") as tmp:
@@ -279,6 +299,9 @@ def run_one(env: str, dtype: str, args, rates: dict) -> dict:
             if key not in rates:  # measured once per dtype, on the first model's shapes
                 rates[key] = gemm_rate(layer_shapes(model), args.gemm_tokens, dtype,
                                        args.gemm_seconds)  # fmt: skip
+            slow = emulated_bf16(rates) if dtype == "bfloat16" and not args.force_bf16 else None
+            if slow:
+                return {"skipped": slow, "gemm_gflops": rates[dtype]["gflops"]}
             sizes = model_sizes(model)
             run = profile_steps(trainer, args)
         except Exception as e:  # an env that starts but fails in its step: report, go on
