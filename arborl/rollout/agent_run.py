@@ -112,12 +112,18 @@ class _Tail:
             self.size -= len(first)
             self.dropped += len(first)
 
-    def text(self) -> tuple[str, bool]:
-        """The last `cap` bytes, decoded (a character cut at the start is replaced), and
-        whether bytes came before them."""
-        data = b"".join(self.chunks)
-        cut = self.dropped > 0 or len(data) > self.cap
-        return data[-self.cap :].decode("utf-8", errors="replace"), cut
+    def last_line(self) -> tuple[str, bool]:
+        """The last non-empty line kept, and whether it may have begun before the kept
+        bytes (cut). Only that line is decoded: no copy of the whole tail."""
+        data = b"".join(self.chunks) if len(self.chunks) != 1 else self.chunks[0]
+        first = max(0, len(data) - self.cap)
+        end = len(data)
+        while end > first and data[end - 1 : end].isspace():
+            end -= 1
+        start = max(data.rfind(b"\n", first, end), data.rfind(b"\r", first, end)) + 1
+        cut = start == 0 and (first > 0 or self.dropped > 0) and end > first
+        line = data[max(start, first) : end].decode("utf-8", errors="replace")
+        return line.strip(), cut
 
 
 def _exited(pid: int) -> bool:
@@ -193,18 +199,15 @@ def run_command(command: list[str], env: dict[str, str], timeout_s: float) -> An
 
 def _result(returncode: int, out: _Tail, err: _Tail) -> Any:
     if returncode != 0:
-        tail = err.text()[0].strip().splitlines()[-1:] or [""]
-        raise AgentFailed("crashed", f"the agent exited with {returncode}: {tail[0][:300]}")
-    text, cut = out.text()
-    text = text.rstrip()  # the last non-empty line, without splitting every line
-    if not text:
+        why = err.last_line()[0]
+        raise AgentFailed("crashed", f"the agent exited with {returncode}: {why[:300]}")
+    last, cut = out.last_line()
+    if not last:
         return None
-    start = max(text.rfind("\n"), text.rfind("\r"))
-    if start < 0 and cut:  # the line began before the kept tail
+    if cut:  # the line began before the kept tail
         raise AgentFailed("no_reward", f"the agent's last stdout line is over "
                           f"{STDOUT_TAIL} bytes (arborl keeps the last {STDOUT_TAIL}); "
                           "print a short JSON result as the last line")  # fmt: skip
-    last = text[start + 1 :]
     try:
         return json.loads(last)
     except ValueError:  # not JSON, or an int too long to parse
