@@ -65,6 +65,13 @@ FAULT_SCENARIOS = {
     "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no lock",
     "killed worker": "a kill -9'd worker is replaced and only its own work is redone",
     "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
+    "async agent ignores its deadline": "the parent stops waiting at timeout_s (daemon "
+    "thread, own loop, cancelled from outside): a counted timeout; the run never hangs",
+    "agent leaves children": "a command agent's process group is killed when its main "
+    "process exits: no child outlives the episode, a child's open stdout is no timeout",
+    "chatty agent": "a command agent's output is read as it comes; only bounded tails kept",
+    "out-of-range reward": "one check (rewards.validate) at every entry: a reward past "
+    "float, not finite or past 1e6 is a counted env error, in training and evaluation",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 

@@ -33,14 +33,21 @@ class AgentProgramConfig:
     """`"package.module:function"` scoring every episode as `reward(task, result, calls)
     -> float` (`result`: what the program returned; `calls`: the gateway's records of the
     episode). None: the program's own reward (or the env's grade of its answer)."""
+    process: bool = False
+    """Run `fn` in its own process (`python -m arborl.rollout.fn_agent fn`, as a
+    `command`), so that the deadline kills it whole, children included, whatever it does:
+    for code that may block (sync clients, tools) or ignore a cancel. It then must return
+    JSON (a number, str, dict or None). False: `fn` runs in a thread of the trainer."""
     max_concurrent: int = 8
     """Episodes run at once (each in its own thread, or process for `command`); their
     calls take the model in turn."""
     timeout_s: float = 120.0
-    """Seconds an episode may run. Past it the episode ends as an error (not trained on,
-    counted in rollout/env_errors): its session is closed, so its later calls get 410, an
-    `async` program is cancelled and a command's process group is killed (a plain
-    function cannot be stopped from outside: its thread is left to finish on its own)."""
+    """Seconds an episode may run; the trainer stops waiting at it, whatever the program
+    does. Past it the episode ends as an error (not trained on, counted in
+    rollout/env_errors) and its session is closed, so its later calls get 410; a command's
+    (or `process` fn's) process group is killed, an `async` fn is cancelled, and a fn in a
+    thread that ignores the cancel or blocks is left to finish on its own (Python cannot
+    stop a thread). A command's group is killed when its main process exits, too."""
     max_calls: int = 64
     """Model calls one episode may make; past it the gateway answers 429."""
     win_reward: float = 1.0
@@ -63,6 +70,9 @@ class AgentProgramConfig:
                 raise ValueError(f"{prefix}.{name}={value!r} must be 'package.module:function'")
         if self.fn and self.command:
             raise ValueError(f"{prefix}.fn and {prefix}.command are both set; give one")
+        if self.process and not self.fn:
+            raise ValueError(f"{prefix}.process=true runs {prefix}.fn in a process; set fn "
+                             "(a command runs in its own process already)")  # fmt: skip
         if self.command is not None and not str(self.command).strip():
             raise ValueError(f"{prefix}.command is empty; give a command line or null")
         for name in ("max_concurrent", "max_calls"):

@@ -24,18 +24,14 @@ it is marked `truncation_reason="env_error"`, counted (`agent_errors`, and by th
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import logging
-import math
+import numbers
 import os
 import shlex
-import signal
-import subprocess
+import sys
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +40,9 @@ from typing import Any
 from arborl.generation.base import row_seed
 from arborl.generation.gateway import Gateway, GatewayLimits, SamplingOverride
 from arborl.registry import load_entry_point
+from arborl.rewards.validate import BadReward, check_reward
 from arborl.rollout.agent_config import AgentProgramConfig
+from arborl.rollout.agent_run import AgentFailed, crash, run_command, run_fn
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
@@ -57,14 +55,6 @@ GRACE_S = 5.0
 """Seconds a session outlives its episode's deadline, so a call that started in time ends."""
 
 
-class AgentFailed(Exception):
-    """An episode's program failed. `reason`: crashed, timeout or no_reward."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason, self.message = reason, message
-
-
 @dataclass
 class AgentProgram:
     """The program run once per episode: `fn(task, base_url, api_key)` or a command line."""
@@ -74,6 +64,9 @@ class AgentProgram:
 
     @classmethod
     def from_config(cls, cfg: AgentProgramConfig) -> AgentProgram:
+        if cfg.fn and cfg.process:  # checked here, run in the child
+            load_entry_point(cfg.fn, "agent_program.fn")
+            return cls(command=[sys.executable, "-m", "arborl.rollout.fn_agent", cfg.fn])
         if cfg.fn:
             return cls(fn=load_entry_point(cfg.fn, "agent_program.fn"))
         if cfg.command:
@@ -84,79 +77,13 @@ class AgentProgram:
         )
 
     def __call__(self, task: dict, base_url: str, api_key: str, timeout_s: float) -> Any:
-        """Run once; raise `AgentFailed` if it crashes or runs past `timeout_s`."""
+        """Run once; raise `AgentFailed` if it crashes or runs past `timeout_s` (where each
+        kind runs and what its deadline guarantees: `arborl.rollout.agent_run`)."""
         if self.command is not None:
-            return _run_command(self.command, task, base_url, api_key, timeout_s)
-        fn = self.fn
-        if inspect.iscoroutinefunction(fn):  # cancelled at the deadline
-            return asyncio.run(_run_async(fn, task, base_url, api_key, timeout_s))
-        return _run_in_thread(fn, task, base_url, api_key, timeout_s)
-
-
-def _crash(e: BaseException) -> AgentFailed:
-    where = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
-    at = f" at {where[0].filename}:{where[0].lineno}" if where else ""
-    return AgentFailed("crashed", f"the agent raised {type(e).__name__}: {e}{at}")
-
-
-async def _run_async(fn, task, base_url, api_key, timeout_s):
-    try:
-        return await asyncio.wait_for(fn(task, base_url, api_key), timeout_s)
-    except TimeoutError:
-        raise AgentFailed("timeout", f"the agent ran past timeout_s={timeout_s:g}") from None
-    except Exception as e:
-        raise _crash(e) from e
-
-
-def _run_in_thread(fn, task, base_url, api_key, timeout_s):
-    """A plain function, in a daemon thread we stop waiting for at the deadline (Python
-    cannot stop a thread; its session is closed, so its later calls fail)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out = fn(task, base_url, api_key)
-            box["value"] = asyncio.run(out) if inspect.isawaitable(out) else out
-        except BaseException as e:  # noqa: BLE001 - reported to the episode, not raised here
-            box["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True, name="agent")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise AgentFailed("timeout", f"the agent ran past timeout_s={timeout_s:g}")
-    if "error" in box:
-        raise _crash(box["error"])
-    return box.get("value")
-
-
-def _run_command(command, task, base_url, api_key, timeout_s):
-    """The command in its own process group (killed whole at the deadline); the last line
-    of its stdout is its result, as JSON."""
-    env = {**os.environ, "ARBORL_TASK": json.dumps(task), "OPENAI_BASE_URL": base_url,
-           "OPENAI_API_KEY": api_key}  # fmt: skip
-    try:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, start_new_session=True)  # fmt: skip
-    except OSError as e:
-        raise AgentFailed("crashed", f"could not start {command[0]!r}: {e}") from e
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AgentFailed("timeout", f"the agent ran past timeout_s={timeout_s:g}") from None
-    if proc.returncode != 0:
-        tail = (err or "").strip().splitlines()[-1:] or [""]
-        raise AgentFailed("crashed", f"the agent exited with {proc.returncode}: {tail[0][:300]}")
-    lines = [x for x in out.splitlines() if x.strip()]
-    if not lines:
-        return None
-    try:
-        return json.loads(lines[-1])
-    except json.JSONDecodeError:
-        raise AgentFailed("no_reward", f"the agent's last stdout line is not JSON: "
-                          f"{lines[-1][:200]!r}") from None  # fmt: skip
+            env = {**os.environ, "ARBORL_TASK": json.dumps(task), "OPENAI_BASE_URL": base_url,
+                   "OPENAI_API_KEY": api_key}  # fmt: skip
+            return run_command(self.command, env, timeout_s)
+        return run_fn(self.fn, (task, base_url, api_key), timeout_s)
 
 
 @dataclass
@@ -193,7 +120,7 @@ def run_programs(
             except AgentFailed as e:
                 outcomes[i].error = e
             except Exception as e:  # the runner itself (asyncio.run in a running loop...)
-                outcomes[i].error = _crash(e)
+                outcomes[i].error = crash(e)
             finally:
                 outcomes[i].calls = gateway.close_session(s.id)
 
@@ -205,16 +132,24 @@ def run_programs(
     return outcomes
 
 
-def _as_reward(value: Any) -> float | None:
-    if isinstance(value, bool | int | float) and not isinstance(value, str):
-        return float(value)
-    return None
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real)
+
+
+def _reward(outcome: Outcome, value: Any, what: str) -> None:
+    """Set `outcome.reward` to `value` if it is a sound reward (`check_reward`), else
+    make the episode a `no_reward` error naming why."""
+    try:
+        outcome.reward = check_reward(value, what)
+    except BadReward as e:
+        outcome.error = AgentFailed("no_reward", str(e))
 
 
 def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgramConfig,
           reward_fn: Callable | None) -> None:  # fmt: skip
     """Fill each outcome's reward and won: `reward_fn`, else the program's number, else the
-    env's grade of its answer (one `pool.step` for all answers); none of these: no_reward."""
+    env's grade of its answer (one `pool.step` for all answers); none of these, or a
+    reward that is not a finite number within +-MAX_ABS_REWARD: no_reward."""
     answers: dict[int, str] = {}
     for i, o in enumerate(outcomes):
         if o.error is not None:
@@ -222,14 +157,16 @@ def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgr
         r = o.result
         if reward_fn is not None:
             try:
-                o.reward = float(reward_fn(tasks[i], r, o.calls))
+                r = reward_fn(tasks[i], r, o.calls)
             except Exception as e:
                 o.error = AgentFailed("no_reward", f"agent_program.reward raised {e!r}")
+                continue
+            _reward(o, r, "agent_program.reward returned")
             continue
         if isinstance(r, dict):
             r = r["reward"] if "reward" in r else r.get("answer")
-        if _as_reward(r) is not None:
-            o.reward = _as_reward(r)
+        if _is_number(r):
+            _reward(o, r, "the agent's reward")
         elif isinstance(r, str):
             answers[i] = r
         else:
@@ -237,8 +174,8 @@ def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgr
                                   "reward, an answer or a dict with either; return one or "
                                   "set agent_program.reward")  # fmt: skip
     for o in outcomes:
-        if o.reward is not None:
-            o.won = math.isfinite(o.reward) and o.reward >= cfg.win_reward
+        if o.error is None and o.reward is not None:
+            o.won = o.reward >= cfg.win_reward
     if answers:
         results, _ = pool.step(answers)
         for i in answers:
@@ -248,7 +185,8 @@ def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgr
                     "crashed", f"grading the answer: {res.info['env_error']}"
                 )
                 continue
-            outcomes[i].reward, outcomes[i].won = float(res.reward), bool(res.info.get("won"))
+            _reward(outcomes[i], res.reward, "the env's grade of the answer")
+            outcomes[i].won = outcomes[i].error is None and bool(res.info.get("won"))
 
 
 def _observation(call: dict) -> str:

@@ -15,6 +15,7 @@ trajectories are the same.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from arborl.envs import Pool, make_pool
 from arborl.envs.poolset import PoolSet
 from arborl.generation.base import GenerationBackend
 from arborl.phases import phase
+from arborl.rewards.validate import BadReward, check_reward
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig, with_turn_limit
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory
@@ -113,8 +115,26 @@ def _start_episodes(pool: Pool, seeds: Sequence[int], cfg: RolloutConfig, option
     return episodes
 
 
+def _checked(ep: EpisodeState, result) -> tuple[Any, bool]:
+    """`(result, bad)`: `result` with its reward as a float. One that is not a sound reward
+    (not a number, past a float, not finite, beyond +-MAX_ABS_REWARD: `check_reward`) is
+    kept as far as a float holds it (NaN if not at all), named in `info["env_error"]`, and
+    `bad`: its episode ends as an env error, in training and in evaluation alike."""
+    what = f"turn {len(ep.turns)}: env reward"
+    try:
+        return result._replace(reward=check_reward(result.reward, what)), False
+    except BadReward as e:
+        try:
+            kept = float(result.reward)
+        except Exception:  # noqa: BLE001 - past a float, or no number at all
+            kept = math.nan
+        return result._replace(reward=kept, info={**result.info, "env_error": str(e)}), True
+
+
 def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
-    """Record a stepped turn and end the episode if a limit is reached."""
+    """Record a stepped turn and end the episode if a limit is reached (or its reward is
+    not sound: `_checked`)."""
+    result, bad = _checked(ep, result)
     turn = TurnRecord(
         observation=ep.observation,
         action=d.action or "",
@@ -136,7 +156,9 @@ def _apply(ep: EpisodeState, d: Decision, result, cfg: RolloutConfig) -> None:
     ep.turns.append(turn)
     ep.observation, ep.info = result.obs, result.info
     ep.generated_tokens += len(d.response_ids or [])
-    if result.terminated:
+    if bad:  # a final step's too
+        ep.end("env_error")
+    elif result.terminated:
         ep.done = True
     elif result.info.get("env_error"):  # a remote pool's failed call ends only this episode
         ep.end("env_error")

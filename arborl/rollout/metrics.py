@@ -35,7 +35,8 @@ def _mean(xs: Sequence[float]) -> float:
 def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     """Aggregate figures of finished `EpisodeState`s.
 
-    success_rate (+ success_lo/hi, Wilson 95%), mean_return, mean_turns,
+    success_rate (+ success_lo/hi, Wilson 95%), mean_return (of the episodes whose
+    return is finite), mean_turns,
     invalid_action_rate and format_ok_rate (over turns), truncated_rate, env_errors
     (episodes an env fault ended), episodes, turns,
     generated_tokens, wall_s, tokens_per_s and turns_per_s.
@@ -49,7 +50,8 @@ def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
         "success_rate": wins / len(episodes) if episodes else 0.0,
         "success_lo": low,
         "success_hi": high,
-        "mean_return": _mean([ep.total_return for ep in episodes]),
+        # an episode whose reward is not finite is an env error (counted below): no mean
+        "mean_return": _mean([r for ep in episodes if math.isfinite(r := ep.total_return)]),
         "mean_turns": _mean([len(ep.turns) for ep in episodes]),
         "invalid_action_rate": _mean([0.0 if t.valid_action else 1.0 for t in turns]),
         "format_ok_rate": _mean([1.0 if t.format_ok else 0.0 for t in turns]),

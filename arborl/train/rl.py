@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,6 +35,7 @@ from arborl.data.tasks import read_task_seeds, sample_task_seeds
 from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
 from arborl.rewards.sources import batch_fields
+from arborl.rewards.validate import MAX_ABS_REWARD, bad_reward_rows
 from arborl.rollout import draw_seeds
 from arborl.train.advantages import (
     compute_advantages,
@@ -98,17 +100,21 @@ def batch_rewards(
 
 
 def nonfinite_reward_episodes(batch, rewards: torch.Tensor | None = None) -> dict[str, str]:
-    """{traj_id: what} of the episodes with a step row whose reward is NaN or inf: the
-    env's own `step_reward`, or, given `rewards` (R,), the combined reward of the run's
-    sources (`batch_rewards`). `what` names the first such row: task, turn and value."""
+    """{traj_id: what} of the episodes with a step row whose reward is not sound (NaN,
+    inf, or beyond +-MAX_ABS_REWARD: `arborl.rewards.validate`, the rule every reward
+    entry point applies): the env's own `step_reward`, or, given `rewards` (R,), the
+    combined reward of the run's sources (`batch_rewards`), reward model included. `what`
+    names the first such row: task, turn and value."""
     checks = [("env reward", batch.tensors["step_reward"])]
     if rewards is not None:
         checks.append(("reward (reward.sources combined)", rewards))
     traj, task, turn = batch.meta["traj_id"].astype(str), batch.meta["task_id"], batch.meta["step"]
     out: dict[str, str] = {}
     for what, r in checks:
-        for i in torch.nonzero(~torch.isfinite(r)).flatten().tolist():
-            out.setdefault(traj[i], f"task {task[i]} turn {int(turn[i])}: {what} {float(r[i])}")
+        for i in bad_reward_rows(r):
+            v = float(r[i])
+            far = "" if not math.isfinite(v) else f" (beyond +-{MAX_ABS_REWARD:g})"
+            out.setdefault(traj[i], f"task {task[i]} turn {int(turn[i])}: {what} {v}{far}")
     return out
 
 
@@ -144,14 +150,15 @@ def drop_env_errors(batch, trajectories: list, rewards: torch.Tensor | None = No
     errors: dict[str, str] = {}
     for t in trajectories:
         tid = str(t.meta.get("traj_id"))
-        if t.meta.get("truncation_reason") == "env_error":
+        if tid in nonfinite:  # also an env error of the rollout's own check: named by value
+            kind = "out-of-range" if "(beyond +-" in nonfinite[tid] else "non-finite"
+            t.meta.update(truncation_reason="env_error", env_error=f"{kind} {nonfinite[tid]}")
+            errors[tid] = f"{t.env_id} {nonfinite[tid]}"
+        elif t.meta.get("truncation_reason") == "env_error":
             why = next(
                 (s.info["env_error"] for s in t.steps if (s.info or {}).get("env_error")), ""
             )
             errors[tid] = f"{t.env_id} task {t.task_id}: env error {why}".rstrip()
-        elif tid in nonfinite:
-            t.meta.update(truncation_reason="env_error", env_error=f"non-finite {nonfinite[tid]}")
-            errors[tid] = f"{t.env_id} {nonfinite[tid]}"
     if not errors:
         return batch, trajectories, rewards, []
     keep = torch.as_tensor(~np.isin(batch.meta["traj_id"].astype(str), list(errors)))

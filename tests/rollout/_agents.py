@@ -61,3 +61,38 @@ async def async_agent(task: dict, base_url: str, api_key: str) -> float:
 def score_calls(task: dict, result, calls: list[dict]) -> float:
     """An `agent_program.reward`: the number of calls the episode made."""
     return float(len(calls))
+
+
+def _one_call(task: dict, base_url: str, api_key: str) -> None:
+    _ask(openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0), "hi", tokens=2)
+
+
+async def deaf_agent(task: dict, base_url: str, api_key: str) -> float:
+    """Episode 0 retries forever and swallows every cancel (`except BaseException`, as a
+    hand-made retry loop does); episode 1 blocks its loop (`time.sleep`); others return 1."""
+    _one_call(task, base_url, api_key)
+    if task["episode"] % 2 == 0:
+        while True:
+            try:
+                await asyncio.sleep(0.2)
+            except BaseException:  # noqa: BLE001, S110 - the fault under test
+                pass
+    time.sleep(60)
+    return 1.0
+
+
+def bad_number_agent(task: dict, base_url: str, api_key: str):
+    """A reward that is no float: by episode, 10**400, NaN, inf, 1e7, then a sound 0.5."""
+    _one_call(task, base_url, api_key)
+    return [10**400, float("nan"), float("-inf"), 1e7, {"reward": 10**400}, 0.5][task["episode"] % 6]
+
+
+def nan_agent(task: dict, base_url: str, api_key: str) -> float:
+    """NaN on odd episodes, 1.0 on even ones."""
+    _one_call(task, base_url, api_key)
+    return float("nan") if task["episode"] % 2 else 1.0
+
+
+def big_reward(task: dict, result, calls: list[dict]):
+    """An `agent_program.reward` that returns a number past float: 10**400."""
+    return 10**400

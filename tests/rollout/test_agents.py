@@ -105,3 +105,76 @@ def test_config_checks():
         AgentProgramConfig(fn="nope")
     with pytest.raises(ValueError, match="timeout_s"):
         AgentProgramConfig(timeout_s=0)
+
+
+def _rollout_within(policy, program: AgentProgramConfig, num_tasks: int, limit_s: float):
+    """`_rollout`, failing (not hanging) if it has not returned within `limit_s`."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["res"] = _rollout(policy, program, num_tasks)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(limit_s)
+    assert not t.is_alive(), f"the rollout did not return within {limit_s} s"
+    if "error" in box:
+        raise box["error"]
+    return box["res"], time.monotonic() - t0
+
+
+@pytest.mark.fault("async agent ignores its deadline")
+def test_an_async_agent_deaf_to_its_deadline_is_a_counted_timeout(policy):
+    # episode 0 swallows every cancel, episode 1 blocks its loop in time.sleep(60)
+    cfg = AgentProgramConfig(fn="tests.rollout._agents:deaf_agent", timeout_s=2.0)
+    res, took = _rollout_within(policy, cfg, 1, 120)
+    assert took < 40  # both cost their 2 s deadline (+ a loaded machine), not 60 s or ever
+    assert [t.meta["truncation_reason"] for t in res.trajectories] == ["env_error"] * 2
+    assert all("timeout_s=2" in t.meta["env_error"] for t in res.trajectories)
+    assert res.stats["agent_timeout"] == 2 and res.stats["env_errors"] == 2
+
+
+@pytest.mark.fault("out-of-range reward")
+def test_a_reward_no_float_holds_is_a_counted_error_not_a_crash(policy):
+    cfg = AgentProgramConfig(fn="tests.rollout._agents:bad_number_agent", timeout_s=60.0)
+    res = _rollout(policy, cfg, 3)  # 10**400, nan, -inf, 1e7, {"reward": 10**400}, 0.5
+    why = [t.meta.get("env_error", "") for t in res.trajectories]
+    assert [t.meta["truncation_reason"] for t in res.trajectories] == ["env_error"] * 5 + [""]
+    assert "is an int of about 400 digits, past a float" in why[0]
+    assert "is nan, not finite" in why[1] and "is -inf, not finite" in why[2]
+    assert "is 1e+07, beyond +-1e+06" in why[3] and "about 400 digits" in why[4]
+    assert all("agent no_reward" in w and "MAX_ABS_REWARD" in w for w in why[:5])
+    assert res.stats["agent_no_reward"] == 5 and res.episodes[5].total_return == 0.5
+    batch, kept, _, errors = drop_env_errors(res.batch, res.trajectories)
+    assert len(errors) == 5 and torch.isfinite(batch["step_reward"]).all()
+
+
+@pytest.mark.fault("out-of-range reward")
+def test_a_reward_fn_or_command_past_float_is_a_counted_error(policy):
+    cfg = AgentProgramConfig(fn="tests.rollout._agents:parity_agent", timeout_s=60.0,
+                             reward="tests.rollout._agents:big_reward")  # fmt: skip
+    res = _rollout(policy, cfg, 1)
+    assert all("agent_program.reward returned is an int" in t.meta["env_error"]
+               for t in res.trajectories)  # fmt: skip
+    script = Path(__file__).with_name("_cmd_faults.py")
+    cfg = AgentProgramConfig(command=f"{sys.executable} {script} bigint", timeout_s=60.0)
+    res = _rollout(policy, cfg, 1)  # it prints a 401-digit JSON integer
+    assert res.stats["agent_no_reward"] == 2 and res.stats["env_errors"] == 2
+
+
+def test_a_fn_run_in_its_own_process(policy):
+    # a child process imports `openai` (seconds on a loaded machine): a roomy deadline;
+    # the kill at the deadline is test_agent_run.py's (the same command runner)
+    cfg = AgentProgramConfig(fn="tests.rollout._agents:mixed_agent", process=True, timeout_s=60.0)
+    res = _rollout(policy, cfg, 1)  # episode 0 fine, 1 crashes
+    assert [t.meta["truncation_reason"] for t in res.trajectories] == ["", "env_error"]
+    assert "the agent's tool broke" in res.trajectories[1].meta["env_error"]
+    assert res.episodes[0].total_return == 1.0 and res.stats["agent_calls"] == 2
+    with pytest.raises(ValueError, match="process=true runs agent_program.fn"):
+        AgentProgramConfig(command="x", process=True)

@@ -112,6 +112,42 @@ def test_a_reward_source_that_returns_nan_or_inf_drops_its_episode(policy):
     assert any(e.endswith("reward (reward.sources combined) inf") for e in errors)
 
 
+@pytest.mark.fault("out-of-range reward")
+def test_a_reward_source_past_the_bound_drops_its_episode_naming_it(policy):
+    res = _rollout(policy, set(), NAN)
+    traj = res.batch.meta["traj_id"].astype(str)
+
+    def huge(fields):  # a reward model whose scale went wrong on one episode: finite
+        return np.where(traj == traj[0], 3e6, 1.0)
+
+    fns = {"env": get_reward_source("env"), "huge": huge}
+    rewards, metrics = batch_rewards(res.batch, 4, {"env": 1.0, "huge": 1.0}, None, fns)
+    batch, kept, kept_rewards, errors = drop_env_errors(res.batch, res.trajectories, rewards)
+    assert len(errors) == 1 and traj[0] not in set(batch.meta["traj_id"])
+    assert errors[0].endswith("(beyond +-1e+06)") and kept_rewards.abs().max() < 10
+    t = next(t for t in res.trajectories if t.meta["traj_id"] == traj[0])
+    assert t.meta["env_error"].startswith("out-of-range task ")
+
+
+@pytest.mark.fault("out-of-range reward")
+@pytest.mark.parametrize("value", [10**400, 1e7, "1.0"])
+def test_an_env_reward_past_float_or_range_is_an_env_error_in_rollouts_and_eval(policy, value):
+    from arborl.train.evaluate import share_metrics
+
+    res = _rollout(policy, {1, 2}, value)  # before: 10**400 raised OverflowError here
+    ended = [t for t in res.trajectories if t.meta["truncation_reason"] == "env_error"]
+    assert len(ended) == 2
+    why = next(s.info["env_error"] for s in ended[0].steps if s.info.get("env_error"))
+    assert why.startswith("turn 0: env reward is ") and "MAX_ABS_REWARD" in why
+    batch, kept, _, errors = drop_env_errors(res.batch, res.trajectories)
+    assert len(errors) == 2 and len(kept) == 2
+    assert batch.tensors["step_reward"].abs().max() <= 1.0
+    # the held-out evaluation counts them the same way (the same rollout code), and its
+    # mean return stays a number
+    m = share_metrics(res.episodes, res.trajectories, [11, 11, 12, 12], 0)
+    assert m["env_errors"] == 2.0 and math.isfinite(m["mean_return"])
+
+
 TOY = [
     "model.name_or_path=tiny-0.1m", "sft.enabled=false", "rollout.num_tasks=2",
     "rollout.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=4",
