@@ -70,7 +70,7 @@ FAULT_SCENARIOS = {
     "agent leaves children": "a command agent's process group is killed when its main "
     "process exits: no child outlives the episode, a child's open stdout is no timeout",
     "chatty agent": "a command agent's output is read as it comes; only bounded tails kept",
-    "out-of-range reward": "one check (rewards.validate) at every entry: a reward past "
+    "out-of-range reward": "one check (data.reward_check) at every entry: a reward past "
     "float, not finite or past 1e6 is a counted env error, in training and evaluation",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}

@@ -71,8 +71,10 @@ class AgentProgramConfig:
         if self.fn and self.command:
             raise ValueError(f"{prefix}.fn and {prefix}.command are both set; give one")
         if self.process and not self.fn:
-            raise ValueError(f"{prefix}.process=true runs {prefix}.fn in a process; set fn "
-                             "(a command runs in its own process already)")  # fmt: skip
+            raise ValueError(
+                f"{prefix}.process=true runs {prefix}.fn in a process; set fn "
+                "(a command runs in its own process already)"
+            )
         if self.command is not None and not str(self.command).strip():
             raise ValueError(f"{prefix}.command is empty; give a command line or null")
         for name in ("max_concurrent", "max_calls"):

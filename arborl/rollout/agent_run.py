@@ -175,8 +175,14 @@ def run_command(command: list[str], env: dict[str, str], timeout_s: float) -> An
     `timeout_s`) the group is killed and the last non-empty line of stdout is its
     result, as JSON (None without one). Raises `AgentFailed`."""
     try:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as e:
         raise AgentFailed("crashed", f"could not start {command[0]!r}: {e}") from e
     out, err = _Tail(STDOUT_TAIL), _Tail(STDERR_TAIL)
@@ -205,11 +211,15 @@ def _result(returncode: int, out: _Tail, err: _Tail) -> Any:
     if not last:
         return None
     if cut:  # the line began before the kept tail
-        raise AgentFailed("no_reward", f"the agent's last stdout line is over "
-                          f"{STDOUT_TAIL} bytes (arborl keeps the last {STDOUT_TAIL}); "
-                          "print a short JSON result as the last line")  # fmt: skip
+        raise AgentFailed(
+            "no_reward",
+            f"the agent's last stdout line is over "
+            f"{STDOUT_TAIL} bytes (arborl keeps the last {STDOUT_TAIL}); "
+            "print a short JSON result as the last line",
+        )
     try:
         return json.loads(last)
     except ValueError:  # not JSON, or an int too long to parse
-        raise AgentFailed("no_reward", f"the agent's last stdout line is not JSON: "
-                          f"{last[:200]!r}") from None  # fmt: skip
+        raise AgentFailed(
+            "no_reward", f"the agent's last stdout line is not JSON: {last[:200]!r}"
+        ) from None

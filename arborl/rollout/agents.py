@@ -37,10 +37,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arborl.data.reward_check import BadReward, check_reward
 from arborl.generation.base import row_seed
 from arborl.generation.gateway import Gateway, GatewayLimits, SamplingOverride
 from arborl.registry import load_entry_point
-from arborl.rewards.validate import BadReward, check_reward
 from arborl.rollout.agent_config import AgentProgramConfig
 from arborl.rollout.agent_run import AgentFailed, crash, run_command, run_fn
 from arborl.rollout.batching import build_batch

@@ -26,12 +26,12 @@ import numpy as np
 
 from arborl.agent import AgentConfig
 from arborl.data.batch import Batch
+from arborl.data.reward_check import BadReward, check_reward
 from arborl.data.trajectory import Trajectory
 from arborl.envs import Pool, make_pool
 from arborl.envs.poolset import PoolSet
 from arborl.generation.base import GenerationBackend
 from arborl.phases import phase
-from arborl.rewards.validate import BadReward, check_reward
 from arborl.rollout.batching import build_batch
 from arborl.rollout.config import RolloutConfig, with_turn_limit
 from arborl.rollout.episode import EpisodeState, TurnRecord, to_trajectory

@@ -31,11 +31,11 @@ import torch
 
 from arborl.config import ConfigError, to_dict
 from arborl.data import write_trajectories
+from arborl.data.reward_check import MAX_ABS_REWARD, bad_reward_rows
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
 from arborl.rewards import build_reward_fns, combine_rewards
 from arborl.rewards.rm_source import rm_fields
 from arborl.rewards.sources import batch_fields
-from arborl.rewards.validate import MAX_ABS_REWARD, bad_reward_rows
 from arborl.rollout import draw_seeds
 from arborl.train.advantages import (
     compute_advantages,
@@ -101,7 +101,7 @@ def batch_rewards(
 
 def nonfinite_reward_episodes(batch, rewards: torch.Tensor | None = None) -> dict[str, str]:
     """{traj_id: what} of the episodes with a step row whose reward is not sound (NaN,
-    inf, or beyond +-MAX_ABS_REWARD: `arborl.rewards.validate`, the rule every reward
+    inf, or beyond +-MAX_ABS_REWARD: `arborl.data.reward_check`, the rule every reward
     entry point applies): the env's own `step_reward`, or, given `rewards` (R,), the
     combined reward of the run's sources (`batch_rewards`), reward model included. `what`
     names the first such row: task, turn and value."""

@@ -142,4 +142,3 @@ def test_the_docs_walkthrough_runs_from_a_package_outside_arborl(tmp_path):
     assert summary["before"] == sft["after"]
     assert summary["gain"]["tasks"] == 4
     assert (run / "report.html").exists()
-

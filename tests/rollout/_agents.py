@@ -84,7 +84,9 @@ async def deaf_agent(task: dict, base_url: str, api_key: str) -> float:
 def bad_number_agent(task: dict, base_url: str, api_key: str):
     """A reward that is no float: by episode, 10**400, NaN, inf, 1e7, then a sound 0.5."""
     _one_call(task, base_url, api_key)
-    return [10**400, float("nan"), float("-inf"), 1e7, {"reward": 10**400}, 0.5][task["episode"] % 6]
+    return [10**400, float("nan"), float("-inf"), 1e7, {"reward": 10**400}, 0.5][
+        task["episode"] % 6
+    ]
 
 
 def nan_agent(task: dict, base_url: str, api_key: str) -> float:

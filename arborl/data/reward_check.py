@@ -54,7 +54,7 @@ def check_reward(value: Any, what: str) -> float:
     if problem is not None:
         raise BadReward(
             f"{what} {problem}; a reward must be a finite number within "
-            f"+-{MAX_ABS_REWARD:g} (arborl.rewards.validate.MAX_ABS_REWARD): return one, "
+            f"+-{MAX_ABS_REWARD:g} (arborl.data.reward_check.MAX_ABS_REWARD): return one, "
             "scaled down if it is larger"
         )
     return float(value)
