@@ -32,6 +32,14 @@ def runs_table(runs: list[RunData]) -> str:
     for run in runs:
         s, pts = run.summary or {}, eval_points(run)
         status = "finished" if run.summary else '<span class="partial">partial</span>'
+        failures = s.get("failures") or {}
+        if failures.get("verdict"):
+            status = '<span class="partial">finished, learned nothing</span>'
+        if failures.get("total_errored"):
+            status += (
+                f'<br><span class="partial">{failures["total_errored"]} of '
+                f"{failures['total_episodes']} episodes errored</span>"
+            )
         steps = s.get("steps", max((r.get("step", 0) for r in run.metrics), default=0))
         succ = " → ".join(f"{p[1]:.3f} [{p[2]:.3f}, {p[3]:.3f}]" for p in (pts[:1] + pts[-1:]))
         wall = f"{s['wall_s']} s" if "wall_s" in s else "-"
@@ -46,6 +54,22 @@ def runs_table(runs: list[RunData]) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return '<table class="runs">' + "".join(rows) + "</table>"
+
+
+def failures_html(runs: list[RunData]) -> str:
+    """One line per run whose episodes errored: "N of M episodes errored (...; first
+    error: ...)", and for a run that learned nothing, why and what to change
+    (`summary.json["failures"]`, `arborl.train.failures`)."""
+    from arborl.report.failures import errored_line, verdict_line
+
+    out = []
+    for run in runs:
+        failures = (run.summary or {}).get("failures") or {}
+        lines = [x for x in (errored_line(failures), verdict_line(failures)) if x]
+        if lines:
+            text = "<br>".join(html.escape(x) for x in lines)
+            out.append(f'<p class="run-errors"><b>{html.escape(run.name)}</b>: {text}</p>')
+    return "".join(out)
 
 
 def config_section(runs: list[RunData]) -> str:
@@ -83,7 +107,7 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
     return _PAGE.format(
         title=html.escape(title),
         css=(HERE / "report.css").read_text(),
-        runs=runs_table(runs),
+        runs=runs_table(runs) + failures_html(runs),
         comparison=comparison,
         config_title="Resolved config" if len(runs) == 1 else "Config differences",
         config=config_section(runs),
