@@ -17,6 +17,7 @@ import yaml
 from arborl.htmldata import script_json
 from arborl.report.charts import build_charts, eval_points
 from arborl.report.compare import compare_runs, comparison_chart, comparison_html
+from arborl.report.diagnostics import diagnostics_table
 from arborl.report.episodes import build_episodes, config_diff, pairs
 from arborl.report.load import RunData
 
@@ -96,6 +97,8 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
         result = compare_runs(runs)
         charts.insert(0, comparison_chart(result))
         comparison = '<h2 id="comparison-h">Comparison of arms</h2>' + comparison_html(result)
+        comparison += '<h3 id="diagnostics-h">Diagnostics of the runs</h3>'
+        comparison += diagnostics_table(runs)
     data = {
         "charts": charts,
         "episodes": episodes,
@@ -109,6 +112,7 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
         css=(HERE / "report.css").read_text(),
         runs=runs_table(runs) + failures_html(runs),
         comparison=comparison,
+        trees='<h2 id="trees-h">Search trees</h2>\n<div id="trees"></div>' if data["trees"] else "",
         config_title="Resolved config" if len(runs) == 1 else "Config differences",
         config=config_section(runs),
         data=script_json(data),
@@ -138,8 +142,7 @@ _PAGE = """<!doctype html>
 <h3>Same task before and after RL (first and last held-out evaluation)</h3>
 <p id="pair-count" class="muted"></p>
 <div id="pair-list"></div>
-<h2 id="trees-h">Search trees</h2>
-<div id="trees"></div>
+{trees}
 <h2 id="config-h">{config_title}</h2>
 {config}
 <script type="application/json" id="report-data">{data}</script>
