@@ -69,9 +69,13 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of `argv` (None: this process's command line, and then the process
+    is ours to end: `end_process`); returns its exit status."""
+    if argv is None:
+        return end_process(main(sys.argv[1:]))
     from arborl.progress import quiet_foreign_bars
 
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = list(argv)
     quiet_foreign_bars()  # in a log file, other libraries' tqdm bars are carriage-return soup
     parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
@@ -84,6 +88,31 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
         return 0
+
+
+def end_process(code: int) -> int:
+    """Return `code`, or, while threads other than the main one still run, end the process
+    here with it (`os._exit`, after flushing stdout, stderr and the log handlers).
+
+    A thread left running (a timed-out plain-function agent, which Python cannot stop,
+    or a generation still in flight for it) may be inside torch when the interpreter
+    shuts down; CPython 3.11 then ends it with `pthread_exit`, whose unwinding through
+    C++ aborts the process (`terminate called without an active exception`, SIGABRT,
+    exit status 134) after the run's summary was printed. Skipping interpreter shutdown
+    skips only `atexit` hooks, and the commands close what they opened before returning."""
+    import logging
+    import threading
+
+    main_thread = threading.main_thread()
+    if not any(t is not main_thread and t.is_alive() for t in threading.enumerate()):
+        return code
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or a reader that left: nothing to keep
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,23 @@ def _run(args: argparse.Namespace) -> int:
     report = Path(summary["run_dir"]) / "report.html"
     if report.exists():
         print(f"report: {report}  (open it in a browser; `arborl report` rebuilds it)")
+    return _failures_exit(summary.get("failures") or {})
+
+
+def _failures_exit(failures: dict) -> int:
+    """Print the run's errored episodes ("N of M episodes errored ...") and, for a run
+    that learned nothing, the error that says what to change; the exit status: 0, or
+    `NOTHING_LEARNED_EXIT` (docs/training.md, "A run that learned nothing")."""
+    from arborl.report.failures import errored_line, verdict_line
+    from arborl.train.failures import NOTHING_LEARNED_EXIT
+
+    line = errored_line(failures)
+    if line:
+        print(f"errors: {line}")
+    verdict = verdict_line(failures)
+    if verdict:
+        print(f"error: {verdict} (exit status {NOTHING_LEARNED_EXIT})", file=sys.stderr)
+        return NOTHING_LEARNED_EXIT
     return 0
 
 

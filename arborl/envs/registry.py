@@ -55,6 +55,10 @@ class EnvSpec:
     heuristic: Any = None
     """The env's search heuristic: `"module:function"` (imported lazily) or a callable
     `fn(view) -> float` of an `arborl.envs.base.HeuristicView`; None when it has none."""
+    baselines: bool = True
+    """Whether the random and oracle policies' success puts a run on a scale (the report's
+    and `arborl train`'s "for scale" lines); False for an env where they mean nothing
+    (`arborl/Tasks-v0`: free-text answers, an oracle that reads the reference)."""
 
     def load(self) -> Any:
         """The class or factory behind `entry_point`."""
@@ -80,6 +84,7 @@ def register(
     max_turns: int | None = None,
     description: str = "",
     heuristic: Any = None,
+    baselines: bool = True,
 ) -> EnvSpec:
     """Register an env under a versioned `id`; re-registering an id replaces it.
 
@@ -96,7 +101,9 @@ def register(
             f"register({id!r}): heuristic={heuristic!r} must be 'module:function' or a "
             "callable fn(view) -> float"
         )
-    env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), max_turns, description, heuristic)
+    env_spec = EnvSpec(
+        id, entry_point, dict(kwargs or {}), max_turns, description, heuristic, baselines
+    )
     _REGISTRY[id] = env_spec
     _register_with_gymnasium(id)
     return env_spec

@@ -23,10 +23,20 @@ log = logging.getLogger("arborl")
 def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[str, dict]:
     """{policy: {success_rate, success_lo, success_hi, episodes}} for the env of `config` (a
     resolved train config as a dict); policies that cannot run on the env are left out."""
+    from arborl.envs import spec
     from arborl.rollout import RolloutConfig, collect_episodes
     from arborl.rollout.policies import BASELINE_POLICIES, make_policy
 
     env, ev = config.get("env", {}), config.get("eval", {})
+    try:
+        has_baselines = spec(env["id"]).baselines
+    except KeyError:  # not registered in this process (a package env): collect_episodes says
+        has_baselines = True
+    if not has_baselines:  # e.g. free-text answers and an answer-reading oracle
+        log.info(
+            "report: %s registers no baselines (random and oracle mean nothing there)", env["id"]
+        )
+        return {}
     known = {f.name for f in fields(RolloutConfig)}
     roll = {k: v for k, v in config.get("rollout", {}).items() if k in known}
     cfg = RolloutConfig(**{**roll, "group_size": 1})

@@ -11,6 +11,7 @@ before and after RL on identical puzzles.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from arborl.report.load import RunData
@@ -21,6 +22,47 @@ def cut(text: Any, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + f" … (+{len(text) - max_chars})"
 
 
+def part_text(part: Any) -> str:
+    """One content part as text: its `text`, else `[its type]`."""
+    if isinstance(part, dict):
+        return str(part["text"]) if "text" in part else f"[{part.get('type', 'part')}]"
+    return str(part)
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string as it is; OpenAI content parts (a list, or
+    its JSON as an agent's observation holds it) as their texts joined, other parts as
+    `[type]`."""
+    if isinstance(content, str):
+        stripped = content.lstrip()
+        if not stripped.startswith("[{"):
+            return content
+        try:
+            content = json.loads(content)
+        except json.JSONDecodeError:
+            return content
+    if isinstance(content, list):
+        return "\n".join(part_text(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def seen_text(messages: Any) -> str:
+    """What the model saw in a call: each message as `role: text`, tool calls named."""
+    if not isinstance(messages, list):
+        return ""
+    lines = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        text = content_text(m.get("content"))
+        tool_calls = [c for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+        calls = [c.get("function", {}).get("name", "?") for c in tool_calls]
+        if calls:
+            text += f" [calls {', '.join(calls)}]"
+        lines.append(f"{m.get('role', '?')}: {text}")
+    return "\n".join(lines)
+
+
 def episode_record(run: str, source: str, step: int, t: dict, max_chars: int) -> dict:
     """One episode of trajectory record `t` (`arborl.data.Trajectory.to_dict`)."""
     turns = []
@@ -28,7 +70,8 @@ def episode_record(run: str, source: str, step: int, t: dict, max_chars: int) ->
         info = s.get("info") or {}
         turns.append(
             {
-                "obs": cut(s.get("observation"), max_chars),
+                "obs": cut(content_text(s.get("observation")), max_chars),
+                "seen": cut(seen_text(info.get("messages")), 4 * max_chars),
                 "response": cut(s.get("response") or s.get("action"), max_chars),
                 "action": cut(s.get("action"), 200),
                 "reward": float(s.get("reward") or 0.0),

@@ -17,6 +17,7 @@ import yaml
 from arborl.htmldata import script_json
 from arborl.report.charts import build_charts, eval_points
 from arborl.report.compare import compare_runs, comparison_chart, comparison_html
+from arborl.report.diagnostics import diagnostics_table
 from arborl.report.episodes import build_episodes, config_diff, pairs
 from arborl.report.load import RunData
 
@@ -32,6 +33,14 @@ def runs_table(runs: list[RunData]) -> str:
     for run in runs:
         s, pts = run.summary or {}, eval_points(run)
         status = "finished" if run.summary else '<span class="partial">partial</span>'
+        failures = s.get("failures") or {}
+        if failures.get("verdict"):
+            status = '<span class="partial">finished, learned nothing</span>'
+        if failures.get("total_errored"):
+            status += (
+                f'<br><span class="partial">{failures["total_errored"]} of '
+                f"{failures['total_episodes']} episodes errored</span>"
+            )
         steps = s.get("steps", max((r.get("step", 0) for r in run.metrics), default=0))
         succ = " → ".join(f"{p[1]:.3f} [{p[2]:.3f}, {p[3]:.3f}]" for p in (pts[:1] + pts[-1:]))
         wall = f"{s['wall_s']} s" if "wall_s" in s else "-"
@@ -46,6 +55,22 @@ def runs_table(runs: list[RunData]) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return '<table class="runs">' + "".join(rows) + "</table>"
+
+
+def failures_html(runs: list[RunData]) -> str:
+    """One line per run whose episodes errored: "N of M episodes errored (...; first
+    error: ...)", and for a run that learned nothing, why and what to change
+    (`summary.json["failures"]`, `arborl.train.failures`)."""
+    from arborl.report.failures import errored_line, verdict_line
+
+    out = []
+    for run in runs:
+        failures = (run.summary or {}).get("failures") or {}
+        lines = [x for x in (errored_line(failures), verdict_line(failures)) if x]
+        if lines:
+            text = "<br>".join(html.escape(x) for x in lines)
+            out.append(f'<p class="run-errors"><b>{html.escape(run.name)}</b>: {text}</p>')
+    return "".join(out)
 
 
 def config_section(runs: list[RunData]) -> str:
@@ -72,6 +97,8 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
         result = compare_runs(runs)
         charts.insert(0, comparison_chart(result))
         comparison = '<h2 id="comparison-h">Comparison of arms</h2>' + comparison_html(result)
+        comparison += '<h3 id="diagnostics-h">Diagnostics of the runs</h3>'
+        comparison += diagnostics_table(runs)
     data = {
         "charts": charts,
         "episodes": episodes,
@@ -83,8 +110,9 @@ def render_report(runs: list[RunData], max_points: int = 400, page_size: int = 2
     return _PAGE.format(
         title=html.escape(title),
         css=(HERE / "report.css").read_text(),
-        runs=runs_table(runs),
+        runs=runs_table(runs) + failures_html(runs),
         comparison=comparison,
+        trees='<h2 id="trees-h">Search trees</h2>\n<div id="trees"></div>' if data["trees"] else "",
         config_title="Resolved config" if len(runs) == 1 else "Config differences",
         config=config_section(runs),
         data=script_json(data),
@@ -114,8 +142,7 @@ _PAGE = """<!doctype html>
 <h3>Same task before and after RL (first and last held-out evaluation)</h3>
 <p id="pair-count" class="muted"></p>
 <div id="pair-list"></div>
-<h2 id="trees-h">Search trees</h2>
-<div id="trees"></div>
+{trees}
 <h2 id="config-h">{config_title}</h2>
 {config}
 <script type="application/json" id="report-data">{data}</script>

@@ -32,12 +32,20 @@ function drawCharts() {
   }
 }
 
+// An agent's call: its last message, and what the model saw (every message) on a click.
+function obsCell(s) {
+  const obs = el("pre", {}, s.obs);
+  if (!s.seen) return obs;
+  return el("div", {}, obs, el("details", { class: "seen" },
+    el("summary", {}, "what the model saw"), el("pre", {}, s.seen)));
+}
+
 function turnsTable(ep) {
   const t = el("table", { class: "turns" },
     el("tr", {}, el("th", {}, "#"), el("th", {}, "observation"), el("th", {}, "generated"),
       el("th", {}, "action"), el("th", {}, "reward"), el("th", {}, "valid")));
   ep.turns.forEach((s, i) => t.append(el("tr", { class: s.valid ? "" : "invalid" },
-    el("td", {}, i + 1), el("td", {}, el("pre", {}, s.obs)), el("td", {}, el("pre", {}, s.response)),
+    el("td", {}, i + 1), el("td", {}, obsCell(s)), el("td", {}, el("pre", {}, s.response)),
     el("td", {}, el("code", {}, s.action)), el("td", {}, fmt(s.reward, 2)),
     el("td", {}, s.valid ? "yes" : "NO"))));
   return t;
@@ -93,6 +101,7 @@ function setupFilters() {
 
 function drawTrees() {
   const box = document.getElementById("trees");
+  if (!box) return;  // a run without trees has no section (and no nav link)
   for (const t of D.trees) {
     // A trees/*.html page is any file in the run folder: sandboxed, its scripts run with an
     // opaque origin and cannot reach this page (an srcdoc frame would inherit ours).
@@ -100,12 +109,11 @@ function drawTrees() {
     f.srcdoc = t.html;
     box.append(el("h4", {}, `${t.run}: ${t.name}`), f);
   }
-  if (!D.trees.length) box.append(el("p", { class: "muted" }, "No search trees (the run used flat rollouts)."));
 }
 
 drawCharts();
 for (const [id, text] of [["episodes", "Episodes"], ["trees-h", "Search trees"], ["config-h", "Config"]])
-  document.getElementById("nav").append(el("a", { href: "#" + id }, text));
+  if (document.getElementById(id)) document.getElementById("nav").append(el("a", { href: "#" + id }, text));
 setupFilters();
 drawEpisodes();
 drawTrees();

@@ -215,7 +215,8 @@ def episode_from_calls(i: int, task: dict, group_size: int, outcome: Outcome, ru
             info = {"valid_action": ok, "won": False, "task_id": task["task_id"],
                     "session": call["session"], "call": call["call"],
                     "weight_version": call["weight_version"],
-                    "tool_calls": ch.get("tool_calls") or []}  # fmt: skip
+                    "tool_calls": ch.get("tool_calls") or [],
+                    "messages": (call.get("request") or {}).get("messages") or []}  # fmt: skip
             if not ok:
                 info["tool_call_error"] = ch["tool_call_error"]
             ep.turns.append(TurnRecord(

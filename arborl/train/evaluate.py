@@ -25,6 +25,7 @@ from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import make_lm_policy
 from arborl.train.build import build_pool_set
 from arborl.train.config import TrainConfig
+from arborl.train.failures import first_reason
 from arborl.train.rollout_modes import ROLLOUT_MODES
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
@@ -74,6 +75,7 @@ def share_metrics(episodes: list, trajectories: list, seeds: list, save_episodes
     stats = episode_stats(episodes, 0.0)
     out = {"episodes": float(len(seeds)), "wins": float(sum(t.won for t in trajectories))}
     out["env_errors"] = float(stats.get("env_errors", 0.0))
+    out["first_error"] = first_reason(trajectories)
     out.update({k: float(stats[k]) for k in STAT_KEYS if k in stats})
     out["outcomes"] = {int(seed): float(t.won) for seed, t in zip(seeds, trajectories, strict=True)}
     if save_episodes:
@@ -86,13 +88,15 @@ def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
     success with its Wilson 95% interval, episodes, and the episode-weighted means; with
     `keep_episodes`, also `sample`: up to that many of the shares' trajectories, and
     `outcomes`: task seed -> 1.0/0.0 over all shares (neither is a metric:
-    `record_evaluation` takes both out)."""
+    `record_evaluation` takes both out), and `first_error`: the first errored episode's
+    reason, "" if none (`arborl.train.failures`; not a metric either)."""
     shares = [s for s in shares if s and s["episodes"]]
     n = int(sum(s["episodes"] for s in shares))
     wins = int(sum(s["wins"] for s in shares))
     lo, hi = wilson_interval(wins, n)
     out = {"success": wins / n, "success_lo": lo, "success_hi": hi, "episodes": float(n)}
     out["env_errors"] = float(sum(s.get("env_errors", 0.0) for s in shares))
+    out["first_error"] = next((s["first_error"] for s in shares if s.get("first_error")), "")
     for k in STAT_KEYS:
         if shares and all(k in s for s in shares):
             # One share: its mean as is (a weighted mean of one would round differently).
@@ -158,6 +162,7 @@ def record_evaluation(
     to `run_dir/eval_episodes/step-{step:05d}.jsonl` for the report. `result` itself is
     left as it was."""
     metrics = dict(result)
+    metrics.pop("first_error", None)  # a reason, not a metric: the trainer's tally holds it
     outcomes = metrics.pop("outcomes", {})
     sample = metrics.pop("sample", None)
     if sample:

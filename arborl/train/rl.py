@@ -61,6 +61,7 @@ from arborl.train.engine import (
     resolve_engine,
 )
 from arborl.train.evaluate import paired_gain, record_evaluation
+from arborl.train.failures import FailureTally, first_reason, signal_rows
 from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
 from arborl.train.update import minibatch_schedule
 
@@ -155,7 +156,7 @@ def drop_env_errors(batch, trajectories: list, rewards: torch.Tensor | None = No
             t.meta.update(truncation_reason="env_error", env_error=f"{kind} {nonfinite[tid]}")
             errors[tid] = f"{t.env_id} {nonfinite[tid]}"
         elif t.meta.get("truncation_reason") == "env_error":
-            why = next(
+            why = t.meta.get("env_error") or next(  # an agent's reason is in its meta
                 (s.info["env_error"] for s in t.steps if (s.info or {}).get("env_error")), ""
             )
             errors[tid] = f"{t.env_id} task {t.task_id}: env error {why}".rstrip()
@@ -198,6 +199,8 @@ class RLTrainer:
         self.bad_steps = 0
         self.env_errors = 0
         """Episodes ended by env errors so far (bounded by env.max_env_errors)."""
+        self.tally = FailureTally()
+        """Errored episodes per phase and rows trained (`summary.json["failures"]`)."""
         self.saved_step: int | None = None
         """The step of the newest checkpoint this run wrote or resumed from."""
         self.history: dict[str, list] = {"train": [], "eval": []}
@@ -234,6 +237,9 @@ class RLTrainer:
         batch, train, metrics = self._advantages(batch, trajectories, temperature, timer)
         # with the episodes whose reward a source made non-finite (`_advantages`)
         metrics["rollout/env_errors"] = float(len(errors) + metrics.get("rollout/env_errors", 0))
+        n_err, why = int(metrics["rollout/env_errors"]), first_reason(out.trajectories)
+        self.tally.add("rl", len(out.trajectories), n_err, why)
+        self.tally.trained(signal_rows(train))
         with timer.phase("update"):
             if len(train):
                 keys = ACTOR_KEYS + choice_keys(train)
@@ -346,17 +352,20 @@ class RLTrainer:
                     "or check the rewards"
                 )
 
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        """Held-out metrics; the engine's sampled episodes go to `eval_episodes/` and the
-        per-task outcomes to `last_outcomes` (for the paired before/after gain)."""
-        ev, self.last_outcomes = record_evaluation(
-            self.run.path, self.step, self.engine.evaluate(num_episodes)
+    def evaluate(self, num_episodes: int | None = None, phase: str = "eval") -> dict[str, float]:
+        """Held-out metrics; the engine's sampled episodes go to `eval_episodes/`, the
+        per-task outcomes to `last_outcomes` (for the paired before/after gain) and its
+        errored episodes to the run's tally under `phase` ("before", "eval", "after")."""
+        result = self.engine.evaluate(num_episodes)
+        self.tally.add(
+            phase, result["episodes"], result.get("env_errors", 0), result.get("first_error", "")
         )
+        ev, self.last_outcomes = record_evaluation(self.run.path, self.step, result)
         return ev
 
-    def _evaluation_record(self, num_episodes: int | None = None) -> dict[str, float]:
+    def _evaluation_record(self, num_episodes: int | None = None, phase: str = "eval") -> dict:
         """`evaluate`, its success added to the run's evaluation history at this step."""
-        ev = self.evaluate(num_episodes)
+        ev = self.evaluate(num_episodes, phase)
         self.history["eval"].append((self.step, ev["success"]))
         return ev
 
@@ -377,6 +386,7 @@ class RLTrainer:
             "env_steps": self.env_steps,
             "bad_steps": self.bad_steps,
             "env_errors": self.env_errors,
+            "failures": self.tally.state(),
             "kl_coef": self.kl_ctl.value,
             "history": self.history,
         }
@@ -399,6 +409,7 @@ class RLTrainer:
         self.gen.set_state(st["generator"])
         self.step, self.env_steps, self.bad_steps = st["step"], st["env_steps"], st["bad_steps"]
         self.env_errors = st.get("env_errors", 0)
+        self.tally = FailureTally.from_state(st.get("failures"))
         self.kl_ctl.value = st["kl_coef"]
         self.history = st["history"]
         self.saved_step = self.step
@@ -439,7 +450,7 @@ class RLTrainer:
             logger.rewind(self.step)
             logger.bar.update(self.step)
         else:
-            before = self._evaluation_record()
+            before = self._evaluation_record(phase="before")
             logger.log(0, {f"eval/{k}": v for k, v in before.items()})
             self.history["before"] = before
             self.history["before_outcomes"] = self.last_outcomes
@@ -462,7 +473,7 @@ class RLTrainer:
                 self.save()
         if self.saved_step != self.step:  # the final step is saved once
             self.save()
-        after = self.history["after"] = self._evaluation_record()
+        after = self.history["after"] = self._evaluation_record(phase="after")
         logger.log(self.step, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
             "before": self.history.get("before"),
@@ -473,6 +484,7 @@ class RLTrainer:
             "env_steps": self.env_steps,
             "wall_s": round(time.perf_counter() - t_start, 1),
             "run_dir": str(self.run.path),
+            "failures": self.tally.report(self.step),  # also to run.log, while it is open
             # what decides float rounding, hence the numbers (docs/training.md, Reproducibility)
             "kernels": {
                 "torch": torch.__version__,

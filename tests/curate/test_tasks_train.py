@@ -1,6 +1,8 @@
 """RL task files: `arborl curate`'s rl.parquet drives `arborl train env.tasks_file=...`
 (tiny-0.1m, one RL step), and bad task files fail naming the row and the fix."""
 
+import json
+
 import pytest
 
 from arborl.cli.main import main
@@ -70,7 +72,8 @@ def test_train_draws_tasks_from_curated_file(tmp_path):
     assert file_seeds == {100, 101, 103, 110, 111, 112, 113}
     code = main(["train", *TOY, f"env.tasks_file={tasks}", f"trainer.output_dir={tmp_path}",
                  "trainer.name=run"])  # fmt: skip
-    assert code == 0
+    verdict = json.loads((tmp_path / "run" / "summary.json").read_text())["failures"]["verdict"]
+    assert code == (3 if verdict else 0)  # 3: learned nothing (docs/training.md)
     steps = sorted((tmp_path / "run" / "trajectories").glob("step-*.jsonl"))
     assert len(steps) == 2
     used = {t.seed for p in steps for t in read_trajectories(p)}

@@ -139,7 +139,9 @@ def test_record_evaluation_writes_the_sample_and_takes_out_the_outcomes(tiny, tm
     result = evaluate_policy(*tiny, maze_cfg(num_episodes=4, save_episodes=2))
     metrics, outcomes = record_evaluation(tmp_path, 7, result)
     assert outcomes == result["outcomes"] and len(outcomes) == 4
-    assert metrics == {k: v for k, v in result.items() if k not in ("outcomes", "sample")}
+    taken = ("outcomes", "sample", "first_error")  # first_error: a reason, not a metric
+    assert metrics == {k: v for k, v in result.items() if k not in taken}
+    assert result["first_error"] == ""  # no episode errored
     assert all(isinstance(v, float) for v in metrics.values())  # every one a logged metric
     written = read_trajectories(tmp_path / "eval_episodes" / "step-00007.jsonl")
     assert [t.task_id for t in written] == [t.task_id for t in result["sample"]]

@@ -61,6 +61,12 @@ BUILTIN_ENVS: list[dict] = [
         id="arborl/SQL-v0",
         entry_point="arborl.envs.builtin.sql:SQLEnv",
     ),
+    dict(
+        id="arborl/Tasks-v0",
+        entry_point="arborl.envs.builtin.tasklist:TaskListEnv",
+        description="Your own tasks from a JSONL file (env.kwargs.path): prompt, data, answer.",
+        baselines=False,
+    ),
 ]
 """One `register(**entry)` call per built-in env. No `max_turns` keeps the env's default; no
 `description` lets `arborl env list` show the class's own."""
