@@ -113,6 +113,7 @@ def ppo_policy_loss(
     max_len: int | None = None,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped PPO surrogate; returns `(loss, stats)`.
 
@@ -124,6 +125,9 @@ def ppo_policy_loss(
     active), clipfrac_dual (the dual cap is active), approx_kl (mean old_logp - logp, the
     k1 estimate of KL(old || new)), approx_kl_k3 (mean (r - 1) - log r, Schulman's
     low-variance estimate, >= 0 per token), ratio_mean, ratio_max.
+    `is_weight` (B, T), detached: a rollout correction's weight of each token's loss
+    (`arborl.algos.correction`, pi_old / pi_rollout, 0 where masked); None leaves the
+    loss untouched.
     """
     if clip_low < 0 or clip_high < 0:
         raise ValueError(f"clip_low={clip_low}, clip_high={clip_high} must be >= 0")
@@ -141,6 +145,8 @@ def ppo_policy_loss(
         cap = -adv * dual_clip
         dual_active = (adv < 0) & (loss_mat > cap)
         loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, cap), loss_mat)
+    if is_weight is not None:
+        loss_mat = loss_mat * is_weight.detach().to(loss_mat.dtype)
     loss = aggregate(loss_mat, mask_f, agg, max_len, num_tokens, num_seqs)
     with torch.no_grad():
         stats = {

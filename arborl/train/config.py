@@ -19,6 +19,7 @@ from arborl.config import ConfigError, load_config
 from arborl.rollout.agent_config import AgentProgramConfig
 from arborl.rollout.config import RolloutConfig
 from arborl.search.config import SearchConfig
+from arborl.train.correction_config import CorrectionConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 """Where group YAML files live in a source checkout (`configs/env/*.yaml`, ...)."""
@@ -200,6 +201,9 @@ class AlgoConfig:
     advantages (DAPO's dynamic-sampling filter; their group baseline gives no signal, and
     batch-normalising estimators would give them one): the share dropped is logged as
     `rollout/groups_filtered`."""
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """Rollout correction for a sampler that differs from the trainer (`mismatch/*`
+    metrics; docs/training.md, "Off-policy and mismatch")."""
 
 
 @dataclass

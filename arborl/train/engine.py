@@ -201,6 +201,13 @@ class LocalEngine:
     def check_config(cls, cfg: TrainConfig) -> None:
         check_no_engine_options(cfg)
 
+    @classmethod
+    def sampler_mismatch(cls, cfg: TrainConfig) -> str | None:
+        """Why rollouts can come from another policy than the trainer's (None: the HF
+        backend samples with the trained model itself, in the same dtype, at the same
+        version), for `algo.correction.mode=auto` (`arborl.train.correction`)."""
+        return None
+
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:
         self.cfg = cfg
         build.set_threads(cfg)
@@ -244,6 +251,14 @@ class LocalEngine:
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
         with build.compute_dtype(self.cfg, self.ref):
             return score_rows(self.ref, batch, temperature, self.algo.micro_batch_tokens)
+
+    @torch.no_grad()
+    def policy_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
+        """(R, A) log-probs of every row's response under the policy's current weights (the
+        trainer's `old_logp` of a rollout correction, `arborl.train.correction`)."""
+        self.model.eval()
+        with build.compute_dtype(self.cfg, self.model):
+            return score_rows(self.model, batch, temperature, self.algo.micro_batch_tokens)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:

@@ -44,6 +44,7 @@ from arborl.train.advantages import (
 from arborl.train.build import build_kl_controller
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
+from arborl.train.correction import correct_rows, resolve_correction
 from arborl.train.diagnostics import (
     advantage_diagnostics,
     group_diagnostics,
@@ -175,6 +176,9 @@ class RLTrainer:
                 f"trainer.output_dir={cfg.trainer.output_dir}: trainer.name=<folder>"
             )
         engine_cls.check_config(cfg)  # an engine's own settings fail before any work
+        # algo.correction.mode "auto" -> a mode, by the engine's sampler (logged, and saved)
+        cfg, self.correction = resolve_correction(cfg, engine_cls)
+        self.cfg = cfg
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
         self.reward_fns = build_reward_fns(cfg.reward)  # loads reward.rm_model for `rm`
         self.engine: Engine = engine if engine is not None else engine_cls(cfg, self.run.path)
@@ -227,10 +231,15 @@ class RLTrainer:
         batch, train, metrics = self._advantages(batch, trajectories, temperature, timer)
         # with the episodes whose reward a source made non-finite (`_advantages`)
         metrics["rollout/env_errors"] = float(len(errors) + metrics.get("rollout/env_errors", 0))
+        if len(train) and self.correction.recompute:  # algo.correction: the trainer's old_logp
+            with timer.phase("old_logp"):
+                trainer_logp = self.engine.policy_logp(train, temperature)
+                train, corrected = correct_rows(train, trainer_logp, self.correction)
+            metrics.update(corrected)
         with timer.phase("update"):
             if len(train):
                 keys = ACTOR_KEYS + choice_keys(train)
-                keys += ("ref_logp",) if "ref_logp" in train else ()
+                keys += tuple(k for k in ("ref_logp", "is_weight") if k in train)
                 actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
                 critic_mbs = (
                     minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
@@ -247,6 +256,8 @@ class RLTrainer:
             metrics.update(self.engine.sync_weights())
         metrics.update(self._step_metrics(out.stats, lr))
         metrics.update(out.metrics)
+        # weight versions the sampler was behind (an async engine reports it; else 0)
+        metrics.setdefault("async/staleness", 0.0)
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",

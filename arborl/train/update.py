@@ -353,9 +353,10 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     common = dict(
         max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens
     )
+    is_weight = mb.tensors.get("is_weight")  # a rollout correction's (B, A), if any
     loss, pstats = algos.ppo_policy_loss(
         logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg,
-        **common,
+        is_weight=None if is_weight is None else is_weight[:, :a], **common,
     )  # fmt: skip
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())

@@ -50,6 +50,13 @@ class VLLMEngine(LocalEngine):
     name = "vllm"
 
     @classmethod
+    def sampler_mismatch(cls, cfg: TrainConfig) -> str | None:
+        return (
+            "the vLLM engine samples with its own kernels (paged attention, fused softmax, "
+            f"dtype {VLLM_OPTIONS['dtype']}) against the trainer's HF forward"
+        )
+
+    @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
         super().check_config(cfg)
         if cfg.agent.action_mode == "score":
