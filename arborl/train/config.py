@@ -415,15 +415,9 @@ class TrainConfig:
     """The Ray engine's settings (read only with `trainer.engine=ray`)."""
 
     def validate(self, prefix: str = "config") -> None:
-        from arborl.train.rollout_modes import check_rollout_mode
+        from arborl.train.rollout_modes import check_modes
 
-        check_rollout_mode(self.rollout)
-        if self.rollout.mode == "agent" and not self.agent_program.given:
-            raise ConfigError(
-                "rollout.mode=agent runs an agent program you wrote, but none is set: give "
-                "agent_program.fn=package.module:function or agent_program.command='python "
-                "my_agent.py' (docs/agents.md)"
-            )
+        check_modes(self)  # the rollout and action mode records' rules
         if self.rollout.view != "step":
             # batch_rewards, the advantages and the update all read step-view rows; an
             # episode batch crashed the first RL step (KeyError 'step_reward').
@@ -431,13 +425,6 @@ class TrainConfig:
                 f"rollout.view={self.rollout.view!r} is not trained by `arborl train` (its "
                 "rewards, advantages and update read step-view rows); set rollout.view=step "
                 "(the episode view serves `run_rollout` and rescoring checks)"
-            )
-        if self.agent.action_mode == "score" and self.rollout.mode != "flat":
-            raise ConfigError(
-                f"agent.action_mode=score rolls out flat episodes; rollout.mode="
-                f"{self.rollout.mode!r} grows search trees by generating (their proposers do "
-                "not score the env's action list yet): set rollout.mode=flat or "
-                "agent.action_mode=generate"
             )
 
 
