@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from arborl import algos
-from arborl.algos.group import equal_tolerance
+from arborl.algos.selection import mixed_groups, won_episodes
 from arborl.data import Batch
 from arborl.registry import Registry
 
@@ -138,17 +138,10 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
 
 def informative_groups(batch: Batch, rewards: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(R,) mask of the rows whose task group has episodes of different returns, and the
-    share of groups dropped. Returns count as equal up to float32 rounding at their own
-    scale (`arborl.algos.group.equal_tolerance`), as the group estimators treat them."""
+    share of groups dropped (`arborl.algos.selection.mixed_groups`)."""
     scores, groups, inverse = trajectory_scores(batch, rewards)
-    index = np.unique(groups.astype(str), return_inverse=True)[1]
-    n = int(index.max()) + 1
-    idx = torch.as_tensor(index)
-    hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amax")
-    lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amin")
-    tol = equal_tolerance(torch.maximum(hi.abs(), lo.abs()), REWARD_DTYPE)
-    mixed = (hi - lo) > tol  # (G,)
-    return mixed[idx][torch.as_tensor(inverse)], float(1.0 - mixed.double().mean())
+    mixed, dropped = mixed_groups(scores, groups.tolist(), REWARD_DTYPE)  # (n_traj,)
+    return mixed[torch.as_tensor(inverse)], dropped
 
 
 def compute_advantages(
@@ -213,9 +206,8 @@ def _raft_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     the policy-gradient step is supervised learning on the batch's successes."""
     won = batch.tensors["won"].bool() & torch.as_tensor(batch.meta["done"].astype(bool))
     inverse, _, n = _traj_layout(batch)
-    inv = torch.as_tensor(inverse)
-    traj_won = torch.zeros(n).index_add_(0, inv, won.float()) > 0  # (n_traj,)
-    adv = traj_won[inv].float()
+    traj_won = won_episodes(won, torch.as_tensor(inverse), n)  # (n_traj,)
+    adv = traj_won[torch.as_tensor(inverse)].float()
     return adv, None, {"raft/episodes_kept": float(traj_won.double().mean())}
 
 
