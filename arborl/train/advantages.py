@@ -67,6 +67,8 @@ class Algorithm:
     reference is always built when `algo.kl_coef > 0`)."""
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """`algo` section values that `algo=NAME` selects (the name itself is implied)."""
+    loss: str = "ppo_clip"
+    """The policy loss `algo=NAME` selects (`arborl.algos.policy_loss.POLICY_LOSSES`)."""
 
     def advantages(self, batch: Batch, rewards: torch.Tensor, algo, values=None):
         """`rows(batch, rewards, algo, values)`."""
@@ -105,7 +107,8 @@ def algorithm_defaults(name: str) -> dict[str, Any] | None:
     """The `algo` section `algo=NAME` selects, or None for an unknown name."""
     if not ALGORITHMS.accepts(name):
         return None
-    return {"name": name, **get_algorithm(name).defaults}
+    record = get_algorithm(name)
+    return {"name": name, "loss": record.loss, **record.defaults}
 
 
 def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
@@ -160,14 +163,16 @@ def episode_algorithm(
     *,
     defaults: Mapping[str, Any] | None = None,
     needs_reference: bool = False,
+    loss: str = "ppo_clip",
 ):
     """Register an episode-level algorithm: `estimator(scores, group_ids, algo)` maps the
     (N,) float64 trajectory returns and their N group ids (and the `AlgoConfig`) to (N,)
-    advantages, which are broadcast back to each trajectory's step rows. Returns the
-    `Algorithm`; without `estimator`, a decorator that returns the record."""
+    advantages, which are broadcast back to each trajectory's step rows, trained with the
+    policy loss `loss`. Returns the `Algorithm`; without `estimator`, a decorator that
+    returns the record."""
     if estimator is None:
         return lambda fn: episode_algorithm(
-            name, fn, defaults=defaults, needs_reference=needs_reference
+            name, fn, defaults=defaults, needs_reference=needs_reference, loss=loss
         )
 
     def rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
@@ -181,7 +186,9 @@ def episode_algorithm(
         return traj_adv.float()[torch.as_tensor(inverse)], None, {}
 
     return register_algorithm(
-        Algorithm(name, "episode", rows, estimator, False, needs_reference, dict(defaults or {}))
+        Algorithm(
+            name, "episode", rows, estimator, False, needs_reference, dict(defaults or {}), loss
+        )
     )
 
 

@@ -142,6 +142,16 @@ class AlgoConfig:
     """Weight of GiGPO's step-level advantage."""
     norm_by_std: bool = True
     """Divide group advantages by the group std (False = Dr.GRPO-style mean-centering)."""
+    loss: str = field(
+        default="ppo_clip", metadata={"registry": "arborl.algos.policy_loss:POLICY_LOSSES"}
+    )
+    """The policy loss, a name of `arborl.algos.policy_loss.POLICY_LOSSES`: "ppo_clip" (the
+    clipped surrogate, `clip_low`/`clip_high`/`dual_clip`) or "cispo" (REINFORCE with a
+    clipped IS weight); plug-ins: an `arborl.policy_losses` entry point or
+    `pkg.module:record`. `algo=NAME` applies the algorithm's own loss."""
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    """Settings of the loss `loss` names, checked at load against the dataclass its record
+    declares (`algo.loss=cispo algo.loss_options.clip_high=2.0`); empty: its defaults."""
     clip_low: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})
     """PPO ratio clip below 1."""
     clip_high: float = field(default=0.28, metadata={"min": 0.0})
@@ -200,6 +210,25 @@ class AlgoConfig:
     advantages (DAPO's dynamic-sampling filter; their group baseline gives no signal, and
     batch-normalising estimators would give them one): the share dropped is logged as
     `rollout/groups_filtered`."""
+
+    def validate(self, prefix: str = "algo") -> None:
+        self.policy_loss(prefix)  # its options section: keys and values
+
+    def policy_loss(self, prefix: str = "algo") -> tuple[Any, Any]:
+        """The `PolicyLoss` record of `loss` and its options built from `loss_options`
+        (None for a loss that declares none), checked as a section of this config."""
+        from arborl.algos.policy_loss import get_policy_loss
+        from arborl.config import from_dict
+
+        record = get_policy_loss(self.loss)
+        if record.options is None:
+            if self.loss_options:
+                raise ConfigError(
+                    f"{prefix}.loss_options={self.loss_options} but {prefix}.loss="
+                    f"{self.loss!r} takes no options; remove them ({prefix}.loss_options={{}})"
+                )
+            return record, None
+        return record, from_dict(record.options, self.loss_options, f"{prefix}.loss_options.")
 
 
 @dataclass

@@ -353,10 +353,8 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     common = dict(
         max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens
     )
-    loss, pstats = algos.ppo_policy_loss(
-        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg,
-        **common,
-    )  # fmt: skip
+    policy_loss, options = algo.policy_loss()  # `algo.loss`'s record (ppo_clip, cispo, ...)
+    loss, pstats = policy_loss.fn(logp, old, adv, mask, algo, options, agg=algo.loss_agg, **common)
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())
     if kl_coef > 0 and not algo.kl_in_reward:
