@@ -34,36 +34,24 @@ from arborl.algos.losses import (
     value_loss,
 )
 from arborl.algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
-from arborl.algos.policy_loss import (
-    POLICY_LOSSES,
-    PolicyLoss,
-    cispo_policy_loss,
-    get_policy_loss,
-    register_policy_loss,
-)
 from arborl.algos.returns import discounted_returns, gae
-from arborl.algos.selection import mixed_groups, won_episodes
 from arborl.registry import UnknownNameError
 
 __all__ = [
     "AGG_MODES",
     "KL_CONTROLLERS",
     "KL_ESTIMATORS",
-    "POLICY_LOSSES",
-    "PolicyLoss",
     "AdaptiveKLController",
     "FixedKLController",
     "GiGPOOutput",
     "UnknownNameError",
     "aggregate",
-    "cispo_policy_loss",
     "discounted_returns",
     "drgrpo",
     "entropy_from_logits",
     "gae",
     "get_agg_mode",
     "get_kl_estimator",
-    "get_policy_loss",
     "gigpo",
     "group_index",
     "group_stats",
@@ -75,13 +63,10 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
-    "mixed_groups",
     "ppo_policy_loss",
-    "register_policy_loss",
     "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo",
     "step_discounted_returns",
     "value_loss",
-    "won_episodes",
 ]
