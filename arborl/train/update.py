@@ -42,6 +42,7 @@ from arborl import algos
 from arborl.data import Batch
 from arborl.models.candidates import candidate_token_logp, choice_entropy, choice_logp
 from arborl.models.scoring import distinct_rows, response_logits
+from arborl.rollout.batching import holds_choices
 from arborl.train import memory
 
 
@@ -69,7 +70,7 @@ def micro_batches(
         p_len = int(batch.info["prompt_length"])
         prompts = attn[:, :p_len].sum(-1).tolist()
         responses = batch.tensors["response_mask"].sum(-1).long().tolist()
-        if "cand_mask" in batch.tensors:  # scored choices: every candidate's tokens run
+        if holds_choices(batch):  # scored choices: every candidate's tokens run
             responses = batch.tensors["cand_mask"].sum((1, 2)).long().tolist()
     else:
         prompts, responses = attn.sum(-1).tolist(), [0] * len(batch)
@@ -133,7 +134,7 @@ def response_logp(
     `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
     only: one softmax over the response logits, no extra memory kept for backward).
     Rows of scored choices: `choice_response_logp`."""
-    if "cand_ids" in mb.tensors:
+    if holds_choices(mb):
         return choice_response_logp(model, mb, prompt_len, temperature, with_entropy, entropy_grad)
     ids, attn, p, a = _trim(mb, prompt_len)
     logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
