@@ -1,5 +1,7 @@
 """The PPO-family update over a step-view Batch: minibatches, token-budget micro-batches,
 gradient accumulation and clipping, NaN guards — written once for 1 process or N ranks.
+The policy loss is `algo.loss`'s record (`arborl.algos.policy_loss`): this module calls
+its function and knows no loss by name.
 
 The actor and critic loops (`actor_update`, `critic_fit`) take a list of minibatches (this
 rank's rows of each; `info["num_seqs"]`/`info["num_tokens"]` hold the counts of the whole
@@ -21,7 +23,7 @@ Each micro-batch is cut to its own longest prompt and response, so short rows do
 for the batch's longest one.
 
 Rows of scored choices (`agent.action_mode=score`, the `CHOICE_KEYS` of
-`arborl.rollout.batching`) go through the same loss code: `response_logp` gives each such
+`arborl.rollout.batching`, declared by the batch: `holds_choices`) go through the same loss code: `response_logp` gives each such
 row one "token", the chosen candidate's log-probability under the categorical recomputed
 from its candidates, and the entropy of that categorical, so the ratio, clipping, KL
 (`score_rows` for the reference) and entropy are the categorical's. Generated rows never
