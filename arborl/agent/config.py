@@ -64,14 +64,19 @@ ACTION_MODES: Registry[ActionMode] = Registry(
 """`agent.action_mode` -> `ActionMode` (or a `"module:attr"` naming one)."""
 ACTION_MODES.register(
     "generate",
-    ActionMode("generate", "arborl.rollout.policies:LMPolicy", supports_tree=True,
-               supports_programs=True),
-)  # fmt: skip
+    ActionMode(
+        "generate", "arborl.rollout.policies:LMPolicy", supports_tree=True, supports_programs=True
+    ),
+)
 ACTION_MODES.register(
     "score",
-    ActionMode("score", "arborl.rollout.action_scoring:ScoringPolicy", needs_local_model=True,
-               needs_available_actions=True),
-)  # fmt: skip
+    ActionMode(
+        "score",
+        "arborl.rollout.action_scoring:ScoringPolicy",
+        needs_local_model=True,
+        needs_available_actions=True,
+    ),
+)
 SCORE_NORMS = ("sum", "token", "word")
 
 

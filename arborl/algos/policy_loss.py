@@ -47,9 +47,11 @@ class PolicyLoss:
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry(
-    "algo.loss", allow_entry_points=True, entry_point_group="arborl.policy_losses",
+    "algo.loss",
+    allow_entry_points=True,
+    entry_point_group="arborl.policy_losses",
     error=ValueError,
-)  # fmt: skip
+)
 """`algo.loss` -> `PolicyLoss` (or a `"module:attr"` naming one, imported on first use)."""
 
 

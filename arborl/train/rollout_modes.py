@@ -60,9 +60,11 @@ class RolloutMode:
 
 
 ROLLOUT_MODES: Registry[RolloutMode] = Registry(
-    "rollout.mode", entry_point_group="arborl.rollout_modes", error=ValueError,
+    "rollout.mode",
+    entry_point_group="arborl.rollout_modes",
+    error=ValueError,
     message="{what}={name} is not one of: {known}.{hint}",
-)  # fmt: skip
+)
 """`rollout.mode` -> `RolloutMode` (or a `"module:attr"` naming one, imported on first use)."""
 
 _CAPABILITIES = {f.name for f in fields(ActionMode) if f.type in (bool, "bool")}
@@ -134,10 +136,15 @@ register_rollout_mode(
 )
 register_rollout_mode(
     RolloutMode(
-        "agent", _agent, "arborl.train.agent_eval:evaluate_agent_share", views=("step",),
-        section="agent_program", needs_action=("supports_programs",), check=_program_given,
+        "agent",
+        _agent,
+        "arborl.train.agent_eval:evaluate_agent_share",
+        views=("step",),
+        section="agent_program",
+        needs_action=("supports_programs",),
+        check=_program_given,
     )
-)  # fmt: skip
+)
 
 
 def check_rollout_mode(rollout_cfg: Any, prefix: str = "rollout") -> RolloutMode:
