@@ -4,7 +4,8 @@ The sampler (vLLM, a bf16 backend, or last step's weights under async) scores th
 drew as pi_rollout; the trainer's weights before the update score them as pi_old. arborl
 implements the *decoupled* form (Hilton et al. 2021, verl's "decoupled mode"): the PPO
 ratio is pi_theta / pi_old (the trainer recomputes `old_logp` before the update), and the
-per-token loss is multiplied by a correction weight w of pi_old / pi_rollout, computed once
+per-token loss is multiplied by a correction weight w of pi_old / pi_rollout (the update
+multiplies each token's advantage by it, the same for any policy loss), computed once
 a step from
 
     log_ratio = old_logp - rollout_logp     (B, T), trainer minus sampler, valid on `mask`

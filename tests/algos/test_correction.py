@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from arborl.algos import ppo_policy_loss
 from arborl.algos.correction import (
     CORRECTIONS,
     Correction,
@@ -17,6 +16,7 @@ from arborl.algos.correction import (
     mismatch_metrics,
     register_correction,
 )
+from arborl.algos.policy_loss import get_policy_loss
 from arborl.config import ConfigError
 from arborl.train.config import load_train_config
 
@@ -103,19 +103,39 @@ def test_mismatch_metrics_by_hand():
     assert set(mismatch_metrics(LOG_RATIO, MASK)) == {"kl", "log_ratio_mean", "log_ratio_abs_max"}
 
 
-def test_is_weight_scales_the_token_loss_and_none_leaves_it_bit_identical():
+@pytest.mark.parametrize("loss", ["ppo_clip", "cispo"])
+def test_weighing_the_advantage_weighs_each_token_loss(loss):
+    """The update applies a correction as advantage (B,) x weight (B, T): every registered
+    policy loss is positively homogeneous in A, so that is the token loss times the
+    weight. Weights of 1 give the uncorrected loss bit for bit; a masked row keeps its
+    place in the denominator (3 sequences, not 2)."""
+    record = get_policy_loss(loss)
+    algo = SimpleNamespace(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    options = record.options() if record.options else None
     g = torch.Generator().manual_seed(1)
     logp, old = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
-    adv, mask = torch.randn(3, generator=g), torch.ones(3, 4)
-    plain, _ = ppo_policy_loss(logp, old, adv, mask, agg="seq-mean-token-mean")
-    ones, _ = ppo_policy_loss(logp, old, adv, mask, agg="seq-mean-token-mean",
-                              is_weight=torch.ones(3, 4))  # fmt: skip
-    assert torch.equal(plain, ones)
+    adv, mask = torch.tensor([0.7, -1.3, 0.4]), torch.ones(3, 4)
+
+    def run(a, rows=slice(None)):
+        out, _ = record.fn(
+            logp[rows],
+            old[rows],
+            a,
+            mask[rows],
+            algo,
+            options,
+            agg="seq-mean-token-mean",
+            max_len=None,
+            num_tokens=None,
+            num_seqs=None,
+        )
+        return out
+
+    assert torch.equal(run(adv), run(adv[:, None] * torch.ones(3, 4)))
     w = torch.tensor([[0.0] * 4, [1.0] * 4, [1.0] * 4])  # row 0 masked by a correction
-    masked, _ = ppo_policy_loss(logp, old, adv, mask, agg="seq-mean-token-mean", is_weight=w)
-    rest, _ = ppo_policy_loss(logp[1:], old[1:], adv[1:], mask[1:], agg="seq-mean-token-mean")
-    # the masked row keeps its place in the denominator (3 sequences, not 2)
-    torch.testing.assert_close(masked, rest * 2 / 3)
+    torch.testing.assert_close(run(adv[:, None] * w), run(adv[1:], slice(1, None)) * 2 / 3)
+    half = torch.full((3, 4), 0.5)
+    torch.testing.assert_close(run(adv[:, None] * half), run(adv) * 0.5)
 
 
 def _halve(log_ratio, mask, params):
