@@ -60,6 +60,12 @@ def check_ray_config(cfg: TrainConfig) -> None:
             f"ray.num_rollout_workers={t.num_rollout_workers} must equal "
             f"ray.num_train_ranks={t.num_train_ranks}; set them equal or use placement=split"
         )
+    if t.one_step_off and cfg.algo.max_gen_batches > 1:
+        raise ConfigError(
+            f"algo.max_gen_batches={cfg.algo.max_gen_batches} draws extra rollouts within a "
+            "step, but ray.one_step_off=true has the next step's rollout in flight (an extra "
+            "draw would take it): set algo.max_gen_batches=1 or ray.one_step_off=false"
+        )
     if t.placement == "colocated" and t.one_step_off:
         raise ConfigError(
             "ray.one_step_off=true overlaps rollout and training in different processes; "

@@ -211,11 +211,22 @@ class AlgoConfig:
     advantages (DAPO's dynamic-sampling filter; their group baseline gives no signal, and
     batch-normalising estimators would give them one): the share dropped is logged as
     `rollout/groups_filtered`."""
+    max_gen_batches: int = field(default=1, metadata={"min": 1})
+    """With `filter_groups`: rollouts a step may draw to fill `rollout.num_tasks` groups
+    with a signal (verl's max_num_gen_batches; `arborl.train.refill`): extra draws of fresh
+    tasks until the step is full, cut to num_tasks groups. 1: no refill, the filtered step
+    shrinks (logged as rollout/gen_batches, groups_drawn/kept/dropped, train/rows)."""
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     """Rollout correction for a sampler that differs from the trainer (`mismatch/*`
     metrics; docs/training.md, "Off-policy and mismatch")."""
 
     def validate(self, prefix: str = "algo") -> None:
+        if self.max_gen_batches > 1 and not self.filter_groups:
+            raise ConfigError(
+                f"{prefix}.max_gen_batches={self.max_gen_batches} refills the groups that "
+                f"{prefix}.filter_groups drops, but filter_groups is false: set "
+                f"{prefix}.filter_groups=true or {prefix}.max_gen_batches=1"
+            )
         self.policy_loss(prefix)  # its options section: keys and values
 
     def policy_loss(self, prefix: str = "algo") -> tuple[Any, Any]:

@@ -60,6 +60,7 @@ from arborl.train.engine import (
     resolve_engine,
 )
 from arborl.train.evaluate import paired_gain, record_evaluation
+from arborl.train.refill import refill_groups, trainer_draw
 from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
 from arborl.train.update import minibatch_schedule
 
@@ -204,16 +205,18 @@ class RLTrainer:
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
 
     # --- one step -----------------------------------------------------------------------
-    def plan(self, step: int) -> RolloutPlan:
+    def plan(self, step: int, draw: int = 0) -> RolloutPlan:
         """The tasks and the seeded rollout config of RL step `step` (a pure function of
-        the run seed and the step, so a resumed run draws the same ones)."""
+        the run seed, the step and the refill `draw`, so a resumed run draws the same)."""
         c = self.cfg
-        task_seed = step_seed(c.trainer.seed, step, 1)
+        salt = 1 if draw == 0 else 100 + 2 * draw  # draw 0 keeps the seeds it always had
+        task_seed = step_seed(c.trainer.seed, step, salt)
         if self.task_seeds is None:
             seeds = draw_seeds(c.rollout.num_tasks, task_seed)
         else:
             seeds = sample_task_seeds(self.task_seeds, c.rollout.num_tasks, task_seed)
-        return RolloutPlan(step, seeds, replace(c.rollout, seed=step_seed(c.trainer.seed, step, 2)))
+        rollout = replace(c.rollout, seed=step_seed(c.trainer.seed, step, salt + 1))
+        return RolloutPlan(step, seeds, rollout)
 
     def rl_step(self) -> dict[str, float]:
         """One rollout batch and its update; returns the step's metrics."""
@@ -289,6 +292,9 @@ class RLTrainer:
             keep, filtered = informative_groups(batch, rewards)
             metrics["rollout/groups_filtered"] = filtered
             batch, rewards = batch[keep], rewards[keep]
+            n, most = c.rollout.num_tasks, c.algo.max_gen_batches  # refill: arborl.train.refill
+            batch, rewards, more = refill_groups(batch, rewards, trainer_draw(self, timer), n, most)
+            metrics.update(more)
             if not len(batch):
                 return batch, batch, {**metrics, **diag, "train/rows_with_signal": 0.0}
         values = None
