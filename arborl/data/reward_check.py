@@ -6,7 +6,7 @@ Every entry point checks a reward with `check_reward` (or, for a tensor of them,
 `bad_reward_rows`, the same rule): an env's step reward (`arborl.rollout.loop`), an agent
 program's result, its `agent_program.reward` and the env's grade of its answer
 (`arborl.rollout.agents`), and the combined `reward.sources`, reward model included
-(`arborl.train.rl.nonfinite_reward_episodes`). A reward that fails ends its episode as an
+(`arborl.train.rows.nonfinite_reward_episodes`). A reward that fails ends its episode as an
 env error, counted (`rollout/env_errors`, `eval/env_errors`) and never trained on; the
 held-out evaluation gets its episodes through the same rollout code, so it counts them the
 same way.

@@ -60,6 +60,12 @@ def check_ray_config(cfg: TrainConfig) -> None:
             f"ray.num_rollout_workers={t.num_rollout_workers} must equal "
             f"ray.num_train_ranks={t.num_train_ranks}; set them equal or use placement=split"
         )
+    if t.one_step_off and cfg.algo.max_gen_batches > 1:
+        raise ConfigError(
+            f"algo.max_gen_batches={cfg.algo.max_gen_batches} draws extra rollouts within a "
+            "step, but ray.one_step_off=true has the next step's rollout in flight (an extra "
+            "draw would take it): set algo.max_gen_batches=1 or ray.one_step_off=false"
+        )
     if t.placement == "colocated" and t.one_step_off:
         raise ConfigError(
             "ray.one_step_off=true overlaps rollout and training in different processes; "
@@ -137,6 +143,14 @@ class RayEngine:
 
     name = "ray"
     check_config = staticmethod(check_ray_config)
+
+    @classmethod
+    def sampler_mismatch(cls, cfg: TrainConfig) -> str | None:
+        """`ray.one_step_off` rolls out with weights one version behind the trainer's
+        (`algo.correction.mode=auto`); lockstep workers hold the trainer's weights."""
+        if cfg.ray.one_step_off:
+            return "ray.one_step_off samples with weights one version behind the trainer's"
+        return None
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
         # `check_config` (check_ray_config) already ran in RLTrainer, before the run dir.
@@ -224,6 +238,11 @@ class RayEngine:
         keys = SCORE_KEYS + choice_keys(batch)  # scored choices: their candidates too
         ref = self.train_group.call("ref_logp", batch.select(*keys), temperature)
         return ref.tensors["ref_logp"]
+
+    def policy_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
+        keys = SCORE_KEYS + choice_keys(batch)
+        out = self.train_group.call("policy_logp", batch.select(*keys), temperature)
+        return out.tensors["policy_logp"]
 
     def values(self, batch: Batch) -> torch.Tensor:
         return self.train_group.call("values", batch.select(*SCORE_KEYS)).tensors["values"]

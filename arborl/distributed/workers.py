@@ -100,6 +100,14 @@ class TrainRole:
         return Batch({"ref_logp": logp.cpu()})
 
     @register("dp_split", "dp_concat")
+    def policy_logp(self, shard: Batch, temperature: float) -> Batch:
+        """The policy's log-probs of `shard`'s responses before the update (a rollout
+        correction's old_logp, `arborl.train.correction`)."""
+        with torch.no_grad(), FSDP.gathered(self.model):
+            logp = score_rows(self.model, shard.to(self.device), temperature, self._mtok)
+        return Batch({"policy_logp": logp.cpu()})
+
+    @register("dp_split", "dp_concat")
     def values(self, shard: Batch) -> Batch:
         with torch.no_grad(), FSDP.gathered(self.critic):
             values = critic_values(self.critic, shard.to(self.device), self._mtok)

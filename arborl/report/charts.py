@@ -23,6 +23,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Rewards", ("reward/",)),
     ("Throughput", ("rollout/", "time/")),
     ("SFT", ("sft/",)),
+    ("Off-policy and mismatch", ("mismatch/", "async/")),
 )
 """Metric-name prefixes with a section of their own; the rest go to Diagnostics."""
 COMBINED = {"reward/": "reward components (per episode)", "time/": "step time split (s)"}

@@ -39,6 +39,7 @@ from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel
 from arborl.registry import Registry, UnknownNameError
 from arborl.rollout import CHOICE_KEYS, RolloutConfig
+from arborl.rollout.batching import holds_choices
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_policy
@@ -153,9 +154,9 @@ SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
 
 
 def choice_keys(batch: Batch) -> tuple[str, ...]:
-    """The score-mode columns `batch` holds (`CHOICE_KEYS`, none for generated rows): the
+    """The score-mode columns of `batch` (`CHOICE_KEYS`, none for generated rows): the
     actor update and the reference read them beside `ACTOR_KEYS` / `SCORE_KEYS`."""
-    return tuple(k for k in CHOICE_KEYS if k in batch.tensors)
+    return CHOICE_KEYS if holds_choices(batch) else ()
 
 
 def resolve_engine(name: str) -> type:
@@ -201,6 +202,13 @@ class LocalEngine:
     def check_config(cls, cfg: TrainConfig) -> None:
         check_no_engine_options(cfg)
 
+    @classmethod
+    def sampler_mismatch(cls, cfg: TrainConfig) -> str | None:
+        """Why rollouts can come from another policy than the trainer's (None: the HF
+        backend samples with the trained model itself, in the same dtype, at the same
+        version), for `algo.correction.mode=auto` (`arborl.train.correction`)."""
+        return None
+
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:
         self.cfg = cfg
         build.set_threads(cfg)
@@ -244,6 +252,14 @@ class LocalEngine:
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
         with build.compute_dtype(self.cfg, self.ref):
             return score_rows(self.ref, batch, temperature, self.algo.micro_batch_tokens)
+
+    @torch.no_grad()
+    def policy_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
+        """(R, A) log-probs of every row's response under the policy's current weights (the
+        trainer's `old_logp` of a rollout correction, `arborl.train.correction`)."""
+        self.model.eval()
+        with build.compute_dtype(self.cfg, self.model):
+            return score_rows(self.model, batch, temperature, self.algo.micro_batch_tokens)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,25 +30,19 @@ import torch
 
 from arborl.config import ConfigError, to_dict
 from arborl.data import write_trajectories
-from arborl.data.reward_check import MAX_ABS_REWARD, bad_reward_rows
 from arborl.data.tasks import read_task_seeds, sample_task_seeds
-from arborl.rewards import build_reward_fns, combine_rewards
-from arborl.rewards.rm_source import rm_fields
-from arborl.rewards.sources import batch_fields
+from arborl.rewards import build_reward_fns
 from arborl.rollout import draw_seeds
 from arborl.train.advantages import (
-    compute_advantages,
-    episode_lengths,
     get_algorithm,
     informative_groups,
 )
 from arborl.train.build import build_kl_controller
 from arborl.train.checkpoint import load_state, resolve_resume, write_checkpoint
 from arborl.train.config import TrainConfig
+from arborl.train.correction import correct_rows, resolve_correction
 from arborl.train.diagnostics import (
-    advantage_diagnostics,
     group_diagnostics,
-    train_token_diagnostics,
 )
 from arborl.train.engine import (
     ACTOR_KEYS,
@@ -62,6 +55,8 @@ from arborl.train.engine import (
 )
 from arborl.train.evaluate import paired_gain, record_evaluation
 from arborl.train.failures import FailureTally, first_reason, signal_rows
+from arborl.train.refill import refill_groups, trainer_draw
+from arborl.train.rows import attach_advantages, batch_rewards, drop_env_errors
 from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
 from arborl.train.update import minibatch_schedule
 
@@ -75,96 +70,6 @@ class TrainingAborted(RuntimeError):
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
     """A seed for (run seed, step, purpose) that does not collide across steps."""
     return int(np.random.default_rng([seed, step, salt]).integers(0, 2**31 - 1))
-
-
-def batch_rewards(
-    batch, num_trajectories: int, sources: dict[str, float], trajectories=None, fns=None
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """(R,) combined reward of each step row and the per-source `reward/*` metrics
-    (summed over the batch, per trajectory). `sources` are the weights, `fns` the run's
-    own source callables (`build_reward_fns`; default: the registry's built-ins).
-
-    A reward that is not finite (NaN or inf from any source, or a sum past float32) is
-    returned as it is, for `drop_env_errors(batch, trajectories, rewards)` to drop its
-    episode as an env error; the metrics leave such episodes out (one NaN row made every
-    `reward/*` of the step null)."""
-    fields = batch_fields(batch)
-    if "rm" in sources and trajectories is not None:  # a reward model reads whole episodes
-        fields.update(rm_fields(batch, trajectories))
-    total, comps = combine_rewards(fields, sources, fns=fns)
-    rewards = torch.as_tensor(total, dtype=torch.float32)
-    bad = nonfinite_reward_episodes(batch, rewards)
-    ok = ~np.isin(batch.meta["traj_id"].astype(str), list(bad))  # (R,) rows of sound episodes
-    per = max(1, num_trajectories - len(bad))
-    metrics = {f"reward/{k}": float(v[ok].sum() / per) for k, v in comps.items()}
-    return rewards, metrics
-
-
-def nonfinite_reward_episodes(batch, rewards: torch.Tensor | None = None) -> dict[str, str]:
-    """{traj_id: what} of the episodes with a step row whose reward is not sound (NaN,
-    inf, or beyond +-MAX_ABS_REWARD: `arborl.data.reward_check`, the rule every reward
-    entry point applies): the env's own `step_reward`, or, given `rewards` (R,), the
-    combined reward of the run's sources (`batch_rewards`), reward model included. `what`
-    names the first such row: task, turn and value."""
-    checks = [("env reward", batch.tensors["step_reward"])]
-    if rewards is not None:
-        checks.append(("reward (reward.sources combined)", rewards))
-    traj, task, turn = batch.meta["traj_id"].astype(str), batch.meta["task_id"], batch.meta["step"]
-    out: dict[str, str] = {}
-    for what, r in checks:
-        for i in bad_reward_rows(r):
-            v = float(r[i])
-            far = "" if not math.isfinite(v) else f" (beyond +-{MAX_ABS_REWARD:g})"
-            out.setdefault(traj[i], f"task {task[i]} turn {int(turn[i])}: {what} {v}{far}")
-    return out
-
-
-def attach_advantages(batch, rewards: torch.Tensor, algo, values: torch.Tensor | None):
-    """Write `adv`, `weight` (and `returns`, `old_values` for ppo) into `batch`; return the
-    rows to train on (zero-advantage rows dropped if `algo.drop_zero_adv`) and stats."""
-    adv, returns, metrics = compute_advantages(batch, rewards, algo, values)
-    metrics = dict(metrics)
-    batch["adv"] = adv
-    lengths = episode_lengths(batch)
-    w = 1.0 / lengths if algo.episode_weighting else torch.ones(len(batch))
-    batch["weight"] = w / w.mean()
-    if returns is not None:
-        batch["returns"], batch["old_values"] = returns, values
-    train = batch[adv.abs() > 1e-8] if algo.drop_zero_adv else batch
-    metrics["train/rows_with_signal"] = float(len(train)) / max(1, len(batch))
-    metrics.update(advantage_diagnostics(batch, adv))
-    metrics.update(train_token_diagnostics(batch, train))
-    return train, metrics
-
-
-def drop_env_errors(batch, trajectories: list, rewards: torch.Tensor | None = None) -> tuple:
-    """`(batch, trajectories, rewards, errors)`: the step's rows, trajectories and (when
-    given) rewards without the episodes an env fault spoiled, and one line per episode
-    dropped, naming its env, task and fault. Faults: `truncation_reason == "env_error"` (a
-    crashed or timed-out worker says nothing about the policy), and a reward that is not
-    finite (`nonfinite_reward_episodes`: one NaN made its whole group's advantages NaN,
-    and those rows left the loss without a word). Such an episode is marked an env error
-    in its trajectory's meta (`truncation_reason`, `env_error`), so the saved trajectories
-    say why. Groups shrink; a group left with one member gets zero advantage from every
-    group estimator, i.e. no signal."""
-    nonfinite = nonfinite_reward_episodes(batch, rewards)
-    errors: dict[str, str] = {}
-    for t in trajectories:
-        tid = str(t.meta.get("traj_id"))
-        if tid in nonfinite:  # also an env error of the rollout's own check: named by value
-            kind = "out-of-range" if "(beyond +-" in nonfinite[tid] else "non-finite"
-            t.meta.update(truncation_reason="env_error", env_error=f"{kind} {nonfinite[tid]}")
-            errors[tid] = f"{t.env_id} {nonfinite[tid]}"
-        elif t.meta.get("truncation_reason") == "env_error":
-            why = t.meta.get("env_error") or next(  # an agent's reason is in its meta
-                (s.info["env_error"] for s in t.steps if (s.info or {}).get("env_error")), ""
-            )
-            errors[tid] = f"{t.env_id} task {t.task_id}: env error {why}".rstrip()
-    if not errors:
-        return batch, trajectories, rewards, []
-    keep = torch.as_tensor(~np.isin(batch.meta["traj_id"].astype(str), list(errors)))
-    kept = [t for t in trajectories if str(t.meta.get("traj_id")) not in errors]
-    return batch[keep], kept, None if rewards is None else rewards[keep], list(errors.values())
 
 
 class RLTrainer:
@@ -183,6 +88,9 @@ class RLTrainer:
                 f"trainer.output_dir={cfg.trainer.output_dir}: trainer.name=<folder>"
             )
         engine_cls.check_config(cfg)  # an engine's own settings fail before any work
+        # algo.correction.mode "auto" -> a mode, by the engine's sampler (logged, and saved)
+        cfg, self.correction = resolve_correction(cfg, engine_cls)
+        self.cfg = cfg
         self.run = RunDir.create(cfg.trainer.output_dir, cfg.trainer.name, cfg)
         self.reward_fns = build_reward_fns(cfg.reward)  # loads reward.rm_model for `rm`
         self.engine: Engine = engine if engine is not None else engine_cls(cfg, self.run.path)
@@ -210,16 +118,18 @@ class RLTrainer:
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
 
     # --- one step -----------------------------------------------------------------------
-    def plan(self, step: int) -> RolloutPlan:
+    def plan(self, step: int, draw: int = 0) -> RolloutPlan:
         """The tasks and the seeded rollout config of RL step `step` (a pure function of
-        the run seed and the step, so a resumed run draws the same ones)."""
+        the run seed, the step and the refill `draw`, so a resumed run draws the same)."""
         c = self.cfg
-        task_seed = step_seed(c.trainer.seed, step, 1)
+        salt = 1 if draw == 0 else 100 + 2 * draw  # draw 0 keeps the seeds it always had
+        task_seed = step_seed(c.trainer.seed, step, salt)
         if self.task_seeds is None:
             seeds = draw_seeds(c.rollout.num_tasks, task_seed)
         else:
             seeds = sample_task_seeds(self.task_seeds, c.rollout.num_tasks, task_seed)
-        return RolloutPlan(step, seeds, replace(c.rollout, seed=step_seed(c.trainer.seed, step, 2)))
+        rollout = replace(c.rollout, seed=step_seed(c.trainer.seed, step, salt + 1))
+        return RolloutPlan(step, seeds, rollout)
 
     def rl_step(self) -> dict[str, float]:
         """One rollout batch and its update; returns the step's metrics."""
@@ -240,10 +150,15 @@ class RLTrainer:
         n_err, why = int(metrics["rollout/env_errors"]), first_reason(out.trajectories)
         self.tally.add("rl", len(out.trajectories), n_err, why)
         self.tally.trained(signal_rows(train))
+        if len(train) and self.correction.recompute:  # algo.correction: the trainer's old_logp
+            with timer.phase("old_logp"):
+                trainer_logp = self.engine.policy_logp(train, temperature)
+                train, corrected = correct_rows(train, trainer_logp, self.correction)
+            metrics.update(corrected)
         with timer.phase("update"):
             if len(train):
                 keys = ACTOR_KEYS + choice_keys(train)
-                keys += ("ref_logp",) if "ref_logp" in train else ()
+                keys += tuple(k for k in ("ref_logp", "is_weight") if k in train)
                 actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
                 critic_mbs = (
                     minibatch_schedule(batch.select(*CRITIC_KEYS), a, self.gen)
@@ -260,6 +175,8 @@ class RLTrainer:
             metrics.update(self.engine.sync_weights())
         metrics.update(self._step_metrics(out.stats, lr))
         metrics.update(out.metrics)
+        # weight versions the sampler was behind (an async engine reports it; else 0)
+        metrics.setdefault("async/staleness", 0.0)
         if c.trainer.save_trajectories:
             write_trajectories(
                 self.run.path / "trajectories" / f"step-{self.step:05d}.jsonl",
@@ -291,6 +208,9 @@ class RLTrainer:
             keep, filtered = informative_groups(batch, rewards)
             metrics["rollout/groups_filtered"] = filtered
             batch, rewards = batch[keep], rewards[keep]
+            n, most = c.rollout.num_tasks, c.algo.max_gen_batches  # refill: arborl.train.refill
+            batch, rewards, more = refill_groups(batch, rewards, trainer_draw(self, timer), n, most)
+            metrics.update(more)
             if not len(batch):
                 return batch, batch, {**metrics, **diag, "train/rows_with_signal": 0.0}
         values = None

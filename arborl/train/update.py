@@ -1,5 +1,7 @@
 """The PPO-family update over a step-view Batch: minibatches, token-budget micro-batches,
 gradient accumulation and clipping, NaN guards — written once for 1 process or N ranks.
+The policy loss is `algo.loss`'s record (`arborl.algos.policy_loss`): this module calls
+its function and knows no loss by name.
 
 The actor and critic loops (`actor_update`, `critic_fit`) take a list of minibatches (this
 rank's rows of each; `info["num_seqs"]`/`info["num_tokens"]` hold the counts of the whole
@@ -21,7 +23,7 @@ Each micro-batch is cut to its own longest prompt and response, so short rows do
 for the batch's longest one.
 
 Rows of scored choices (`agent.action_mode=score`, the `CHOICE_KEYS` of
-`arborl.rollout.batching`) go through the same loss code: `response_logp` gives each such
+`arborl.rollout.batching`, declared by the batch: `holds_choices`) go through the same loss code: `response_logp` gives each such
 row one "token", the chosen candidate's log-probability under the categorical recomputed
 from its candidates, and the entropy of that categorical, so the ratio, clipping, KL
 (`score_rows` for the reference) and entropy are the categorical's. Generated rows never
@@ -42,6 +44,7 @@ from arborl import algos
 from arborl.data import Batch
 from arborl.models.candidates import candidate_token_logp, choice_entropy, choice_logp
 from arborl.models.scoring import distinct_rows, response_logits
+from arborl.rollout.batching import holds_choices
 from arborl.train import memory
 
 
@@ -69,7 +72,7 @@ def micro_batches(
         p_len = int(batch.info["prompt_length"])
         prompts = attn[:, :p_len].sum(-1).tolist()
         responses = batch.tensors["response_mask"].sum(-1).long().tolist()
-        if "cand_mask" in batch.tensors:  # scored choices: every candidate's tokens run
+        if holds_choices(batch):  # scored choices: every candidate's tokens run
             responses = batch.tensors["cand_mask"].sum((1, 2)).long().tolist()
     else:
         prompts, responses = attn.sum(-1).tolist(), [0] * len(batch)
@@ -133,7 +136,7 @@ def response_logp(
     `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
     only: one softmax over the response logits, no extra memory kept for backward).
     Rows of scored choices: `choice_response_logp`."""
-    if "cand_ids" in mb.tensors:
+    if holds_choices(mb):
         return choice_response_logp(model, mb, prompt_len, temperature, with_entropy, entropy_grad)
     ids, attn, p, a = _trim(mb, prompt_len)
     logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
@@ -349,14 +352,16 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     mask = mb.tensors["response_mask"][:, :a]
     old = mb.tensors["old_logp"][:, :a]
     adv = mb.tensors["adv"] * mb.tensors["weight"]  # (B,) episode weighting scales rows
+    if "is_weight" in mb.tensors:  # a rollout correction's pi_old / pi_rollout, detached
+        # (B, A): a policy loss is positively homogeneous in its advantage (max(-A r,
+        # -A clip(r)), CISPO's -A w), so weighing A weighs each token's loss
+        adv = adv[:, None] * mb.tensors["is_weight"][:, :a]
     # Denominators of the whole minibatch, so that summing micro-batch losses is exact.
     common = dict(
         max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens
     )
-    loss, pstats = algos.ppo_policy_loss(
-        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg,
-        **common,
-    )  # fmt: skip
+    policy_loss, options = algo.policy_loss()  # `algo.loss`'s record (ppo_clip, cispo, ...)
+    loss, pstats = policy_loss.fn(logp, old, adv, mask, algo, options, agg=algo.loss_agg, **common)
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())
     if kl_coef > 0 and not algo.kl_in_reward:

@@ -48,3 +48,13 @@ def test_env_steps_per_second(runs) -> None:
 def test_long_curves_are_thinned() -> None:
     xs, ys = thin(list(range(1000)), [float(i) for i in range(1000)], 5)
     assert xs == [0, 250, 500, 749, 999] and ys[-1] == 999.0  # round(i * 999 / 4)
+
+
+def test_mismatch_metrics_have_their_own_section() -> None:
+    """A rollout correction's `mismatch/*` and the async lag `async/staleness` are the
+    report's "Off-policy and mismatch" panel, not lost among the diagnostics."""
+    from arborl.report.charts import section_of
+
+    for key in ("mismatch/kl", "mismatch/log_ratio_abs_max", "async/staleness"):
+        assert section_of(key) == "Off-policy and mismatch"
+    assert section_of("actor/approx_kl") == "Diagnostics"

@@ -17,7 +17,7 @@ from arborl.models import load_policy
 from arborl.rollout import RolloutConfig
 from arborl.rollout.agent_config import AgentProgramConfig
 from arborl.rollout.agents import run_agent_rollout
-from arborl.train.rl import drop_env_errors
+from arborl.train.rows import drop_env_errors
 
 ENV = "arborl/ToolQA-v0"
 

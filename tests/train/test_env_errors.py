@@ -10,7 +10,8 @@ from arborl.envs.pool import StepResult
 from arborl.rollout import RolloutConfig, run_rollout
 from arborl.train.advantages import compute_advantages
 from arborl.train.config import load_train_config
-from arborl.train.rl import RLTrainer, TrainingAborted, drop_env_errors
+from arborl.train.rl import RLTrainer, TrainingAborted
+from arborl.train.rows import drop_env_errors
 from arborl.train.runlog import read_metrics
 
 

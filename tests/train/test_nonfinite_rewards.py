@@ -19,7 +19,8 @@ from arborl.envs import EnvPool
 from arborl.rewards import get_reward_source
 from arborl.rollout import RolloutConfig, run_rollout
 from arborl.train.config import load_train_config
-from arborl.train.rl import RLTrainer, TrainingAborted, batch_rewards, drop_env_errors
+from arborl.train.rl import RLTrainer, TrainingAborted
+from arborl.train.rows import batch_rewards, drop_env_errors
 from arborl.train.runlog import read_metrics
 
 pytestmark = pytest.mark.fault("NaN rewards")
