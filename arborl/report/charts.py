@@ -174,5 +174,5 @@ def build_charts(runs: list[RunData], max_points: int = 400) -> list[dict[str, A
     if sps:
         charts.append(chart("m-env-steps-per-s", "Throughput", "env steps / s (rollout)", sps))
     charts += [metric_chart(runs, [k], k, max_points) for k in keys if k not in done]
-    order = ["Success", "Rewards", "Diagnostics", "Throughput", "SFT"]
+    order = ["Success", "Rewards", "Diagnostics", "Throughput", "SFT", "Off-policy and mismatch"]
     return sorted(charts, key=lambda c: order.index(c["section"]))
