@@ -65,6 +65,8 @@ FAULT_SCENARIOS = {
     "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no lock",
     "killed worker": "a kill -9'd worker is replaced and only its own work is redone",
     "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
+    "SIGTERM/SIGINT stop": "the step in progress finishes and is saved, run.log says where "
+    "it stopped, workers exit with it; resume=auto continues bit-exactly",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 

@@ -60,6 +60,7 @@ from arborl.train.engine import (
 )
 from arborl.train.evaluate import paired_gain, record_evaluation
 from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
+from arborl.train.stop import StopSignals, TrainingStopped
 from arborl.train.update import minibatch_schedule
 
 log = logging.getLogger("arborl")
@@ -198,6 +199,7 @@ class RLTrainer:
         """Task seed -> 1.0 won / 0.0 lost of the newest evaluation."""
         self.callbacks: list[Callable[[RLTrainer], None]] = []
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
+        self.stop = StopSignals(lambda: f"steps {(self.saved_step or 0) + 1}-{self.step + 1} lost")
 
     # --- one step -----------------------------------------------------------------------
     def plan(self, step: int) -> RolloutPlan:
@@ -397,6 +399,17 @@ class RLTrainer:
         self.saved_step = self.step
         self.engine.sync_weights()
 
+    def _stop_if_asked(self) -> None:
+        """After a SIGTERM/SIGINT (`self.stop`), between steps: checkpoint this step (if
+        not saved yet), say so in run.log and raise `TrainingStopped`."""
+        if self.stop.signum is None:
+            return
+        if self.saved_step != self.step:
+            self.save()
+        stopped = TrainingStopped(self.stop.signum, self.step)
+        log.warning("%s", stopped)
+        raise stopped
+
     # --- the run ------------------------------------------------------------------------
     def fit(self) -> dict:
         c = self.cfg
@@ -410,7 +423,8 @@ class RLTrainer:
             config=to_dict(c),
         )
         try:
-            return self._fit(logger)
+            with self.stop:  # SIGTERM/SIGINT: finish the step, save, stop (train/stop.py)
+                return self._fit(logger)
         except Exception:
             self.write_report(baselines=False)  # a crashed run shows what it has, at once
             raise
@@ -440,6 +454,7 @@ class RLTrainer:
                      before["success"], before["success_lo"], before["success_hi"])  # fmt: skip
             self.write_report()
         while self.step < c.trainer.total_steps:
+            self._stop_if_asked()
             if c.trainer.max_env_steps and self.env_steps >= c.trainer.max_env_steps:
                 break
             metrics = self.rl_step()
@@ -455,6 +470,7 @@ class RLTrainer:
                 self.save()
         if self.saved_step != self.step:  # the final step is saved once
             self.save()
+        self._stop_if_asked()  # before the final evaluation
         after = self.history["after"] = self._evaluation_record()
         logger.log(self.step, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {
