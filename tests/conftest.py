@@ -67,6 +67,8 @@ FAULT_SCENARIOS = {
     "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
     "SIGTERM/SIGINT stop": "the step in progress finishes and is saved, run.log says where "
     "it stopped, workers exit with it; resume=auto continues bit-exactly",
+    "concurrent compare": "a second compare on one --out is refused naming the first's pid; "
+    "the first's results are left alone",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 

@@ -22,8 +22,8 @@ starts, and running the grid again
 - reruns the RL runs of a seed whose SFT start is (re)trained: their start changed (an RL
   run records which start it began from, `START_FILE`, so a start retrained by an earlier
   call that stopped before the RL runs were rerun is caught too);
-- leaves alone a folder that another live trainer holds (grids of disjoint seeds may run
-  in parallel into one folder; a last call collects them all);
+- leaves alone a folder that another live trainer holds (one compare runs a grid folder
+  at a time, `compare_guard.grid_lock`; several cells at once is `jobs` > 1);
 - refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
   deleting the folder) or `fresh` (rerun every cell).
 A cell whose child process failed (`jobs` > 1) is left out of the comparison, and so are

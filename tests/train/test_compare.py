@@ -227,6 +227,7 @@ def test_an_rl_run_from_an_older_start_is_never_compared_as_if_from_the_new_one(
 GRID_ARGS = [*BARE, "--arm", "grpo", "--start", "tiny-0.1m", "--seeds", "0"]
 
 
+@pytest.mark.fault("concurrent compare")
 def test_a_second_compare_on_the_same_out_is_refused_and_leaves_the_results_alone(tmp_path, capsys):
     import os
 
