@@ -438,6 +438,7 @@ class RLTrainer:
         t_start = time.perf_counter()
         ckpt = resolve_resume(c.trainer.resume, self.run.path)
         sft = self.engine.prepare(warm_start=ckpt is None and c.sft.enabled and c.sft.steps > 0)
+        self.stop.arm()  # an engine's start-up (ray.init) may have set handlers of its own
         if sft is not None:
             logger.log(0, {"phase": "sft", **{k: v for k, v in sft.items() if k != "sft/demos"}})
         if ckpt is not None:

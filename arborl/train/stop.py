@@ -60,9 +60,16 @@ class StopSignals:
             self._before = {s: signal.signal(s, self._handle) for s in SIGNALS}
         return self
 
+    def arm(self) -> None:
+        """Take the signals back after code that set handlers of its own while entered:
+        `ray.init` installs a C-level SIGTERM handler that aborts the driver (exit -6)."""
+        for s in self._before:
+            signal.signal(s, self._handle)
+
     def __exit__(self, *exc) -> None:
         for s, handler in self._before.items():
-            signal.signal(s, handler)
+            # None: a handler set outside Python (e.g. by Ray), which cannot be put back
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
         self._before = {}
 
     def _handle(self, signum: int, _frame) -> None:
