@@ -72,6 +72,10 @@ FAULT_SCENARIOS = {
     "chatty agent": "a command agent's output is read as it comes; only bounded tails kept",
     "out-of-range reward": "one check (data.reward_check) at every entry: a reward past "
     "float, not finite or past 1e6 is a counted env error, in training and evaluation",
+    "SIGTERM/SIGINT stop": "the step in progress finishes and is saved, run.log says where "
+    "it stopped, workers exit with it; resume=auto continues bit-exactly",
+    "concurrent compare": "a second compare on one --out is refused naming the first's pid; "
+    "the first's results are left alone",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 

@@ -48,6 +48,7 @@ def grid_data(args: argparse.Namespace) -> dict:
 def _run(args: argparse.Namespace) -> int:
     from arborl.config import ConfigError, from_dict
     from arborl.train.compare import CompareConfig, GridConflict, run_grid
+    from arborl.train.compare_guard import GridBusy
     from arborl.train.runlog import RunDirBusy
 
     try:
@@ -60,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
             echo=functools.partial(print, flush=True),  # each line as it happens, in a pipe too
             jobs=args.jobs,
         )
-    except (ConfigError, GridConflict, RunDirBusy) as e:
+    except (ConfigError, GridBusy, GridConflict, RunDirBusy) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("\n" + result["text"])

@@ -88,6 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
         return 0
+    except Exception as e:
+        from arborl.envs.remote.base import EnvCreateError  # imported on this path only
+
+        if not isinstance(e, EnvCreateError):
+            raise
+        # envs that cannot be created (data missing, package not set up): the env's own
+        # message says how to fix it, and a traceback only buries it (any command)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 def end_process(code: int) -> int:

@@ -19,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from arborl.train.evaluate import format_gain, format_success
     from arborl.train.rl import RLTrainer, TrainingAborted
     from arborl.train.runlog import RunDirBusy
+    from arborl.train.stop import TrainingStopped
 
     # Checked by the trainer before any work: its engine's settings (e.g. engine=ray) and
     # that no other live trainer writes the run folder.
@@ -32,6 +33,9 @@ def _run(args: argparse.Namespace) -> int:
     except TrainingAborted as e:
         print(f"error: training aborted: {e}", file=sys.stderr)
         return 1
+    except TrainingStopped as e:  # SIGTERM/SIGINT: the step finished and was saved
+        print(f"{e} (run: {trainer.run.path})", file=sys.stderr)
+        return e.exit_code
     b, a = summary["before"], summary["after"]
     print(f"\nrun: {summary['run_dir']}  ({summary['steps']} RL steps, {summary['wall_s']} s)")
     if b:

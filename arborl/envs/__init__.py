@@ -24,7 +24,12 @@ from arborl.envs.registry import (
     registered_ids,
     spec,
 )
-from arborl.envs.remote.base import EnvCallError, EnvErrorBudgetExceeded, RemotePool
+from arborl.envs.remote.base import (
+    EnvCallError,
+    EnvCreateError,
+    EnvErrorBudgetExceeded,
+    RemotePool,
+)
 from arborl.envs.splits import split_of, task_id_of
 
 register_builtin_envs()
@@ -36,6 +41,7 @@ __all__ = [
     "RemotePool",
     "Env",
     "EnvCallError",
+    "EnvCreateError",
     "EnvCheckError",
     "EnvErrorBudgetExceeded",
     "EnvPool",

@@ -26,7 +26,7 @@ from typing import Any
 
 from arborl.envs.packages.manifest import MODES
 from arborl.envs.pool import EnvPool, Pool
-from arborl.envs.remote.base import pop_pool_options
+from arborl.envs.remote.base import SETUP_ERRORS, EnvCreateError, pop_pool_options
 from arborl.registry import Registry
 
 POOL_MODES: Registry[Callable[..., Pool]] = Registry(
@@ -81,7 +81,12 @@ def inproc_pool(env_id: str, num_envs: int, ctx: dict, **kw: Any) -> EnvPool:
         from arborl.envs.packages.userdata import register_package_envs
 
         register_package_envs()  # the host must be able to import the env's module itself
-    return EnvPool(env_id, num_envs, **kw)
+    try:
+        return EnvPool(env_id, num_envs, **kw)
+    except SETUP_ERRORS as e:  # e.g. its data is missing: the env's message, one line
+        raise EnvCreateError(
+            f"could not create the envs of {env_id} (inproc pool): {type(e).__name__}: {e}"
+        ) from e
 
 
 register_mode("inproc", inproc_pool)

@@ -22,8 +22,8 @@ starts, and running the grid again
 - reruns the RL runs of a seed whose SFT start is (re)trained: their start changed (an RL
   run records which start it began from, `START_FILE`, so a start retrained by an earlier
   call that stopped before the RL runs were rerun is caught too);
-- leaves alone a folder that another live trainer holds (grids of disjoint seeds may run
-  in parallel into one folder; a last call collects them all);
+- leaves alone a folder that another live trainer holds (one compare runs a grid folder
+  at a time, `compare_guard.grid_lock`; several cells at once is `jobs` > 1);
 - refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
   deleting the folder) or `fresh` (rerun every cell).
 A cell whose child process failed (`jobs` > 1) is left out of the comparison, and so are
@@ -48,6 +48,7 @@ from typing import Any
 
 from arborl.config import ConfigError, dump_yaml, to_dict
 from arborl.report.compare import CELL_FILE, EVAL_KEYS, SEED_KEYS
+from arborl.train.compare_guard import grid_lock, read_cell_json
 from arborl.train.compare_jobs import Job, run_cell, run_jobs
 
 GRID_KEYS = (*SEED_KEYS, "trainer.name", "trainer.output_dir", "trainer.resume", "sft.enabled")
@@ -236,8 +237,12 @@ def cell_status(cfg: CompareConfig, cell: Cell, fresh: bool = False, replace: bo
         return "new"
     if lock_holder(path):
         return "busy"
-    marker = path / CELL_FILE
-    found = json.loads(marker.read_text()) if marker.exists() else None
+    try:
+        found = read_cell_json(path / CELL_FILE, GridConflict)
+    except GridConflict:  # damaged: rerun it when asked, else say which file and how
+        if fresh or replace:
+            return "rerun"
+        raise
     if found != cell.marker(cfg.start):
         if fresh or replace:
             return "rerun"
@@ -351,6 +356,7 @@ def run_here(cfg: CompareConfig, cell: Cell, status: str, echo: Callable[[str], 
     """Run `cell` in this process (--jobs 1); its status after: "aborted" for a diverged
     run (a result: shown, not fatal), else `status`. Any other error stops the grid."""
     from arborl.train.rl import TrainingAborted
+    from arborl.train.stop import TrainingStopped
 
     overrides = start_cell(cfg, cell, status, echo)
     t0 = time.perf_counter()
@@ -359,6 +365,9 @@ def run_here(cfg: CompareConfig, cell: Cell, status: str, echo: Callable[[str], 
     except TrainingAborted as e:
         echo(f"[{cell.name}] aborted: {e}")
         return "aborted"
+    except TrainingStopped as e:  # SIGTERM/SIGINT: the grid stops; a rerun resumes the cell
+        echo(f"[{cell.name}] {e}; `arborl compare --out {cfg.out}` continues the grid")
+        raise SystemExit(e.exit_code) from None
     echo(f"[{cell.name}] finished in {time.perf_counter() - t0:.0f} s")
     return status
 
@@ -433,18 +442,18 @@ def run_grid(
     out = Path(cfg.out)
     if collect_only:
         return collect(cfg, cells, collect_statuses(cfg, cells, echo))
-    statuses = plan_statuses(cfg, cells, fresh, replace)
-    out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, out / "grid.yaml")
-    warn_threads([c for c, s in zip(configs, statuses) if s not in LEFT_ALONE], jobs, echo)
-    for i, c in enumerate(cells):
-        if statuses[i] in LEFT_ALONE:
-            echo(f"[{c.name}] {statuses[i]}" + LEFT.get(statuses[i], ""))
-        elif jobs == 1:
-            statuses[i] = run_here(cfg, c, statuses[i], echo)
-    if jobs > 1:
-        statuses = run_in_processes(cfg, cells, statuses, jobs, echo)
-    return collect(cfg, cells, statuses)
+    with grid_lock(out):  # one compare per grid folder (compare_guard)
+        statuses = plan_statuses(cfg, cells, fresh, replace)
+        dump_yaml(cfg, out / "grid.yaml")
+        warn_threads([c for c, s in zip(configs, statuses) if s not in LEFT_ALONE], jobs, echo)
+        for i, c in enumerate(cells):
+            if statuses[i] in LEFT_ALONE:
+                echo(f"[{c.name}] {statuses[i]}" + LEFT.get(statuses[i], ""))
+            elif jobs == 1:
+                statuses[i] = run_here(cfg, c, statuses[i], echo)
+        if jobs > 1:
+            statuses = run_in_processes(cfg, cells, statuses, jobs, echo)
+        return collect(cfg, cells, statuses)
 
 
 def collect(cfg: CompareConfig, cells: list[Cell], statuses: list[str]) -> dict[str, Any]:

@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     """A child's entry: `run_cell(KIND, OVERRIDES)`; `ABORTED_EXIT` when the run aborts."""
     from arborl.progress import quiet_foreign_bars
     from arborl.train.rl import TrainingAborted
+    from arborl.train.stop import TrainingStopped
 
     kind, *overrides = sys.argv[1:] if argv is None else argv
     if PARENT_ENV in os.environ:  # a child of `run_jobs`
@@ -191,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingAborted as e:
         print(f"{ABORTED}{e}", file=sys.stderr, flush=True)
         return ABORTED_EXIT
+    except TrainingStopped as e:  # a clean stop: the next `arborl compare` resumes the cell
+        print(e, file=sys.stderr, flush=True)
+        return e.exit_code
     return 0
 
 

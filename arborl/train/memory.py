@@ -14,6 +14,13 @@ were with the old fixed default; a power of two keeps the budget the same when f
 moves a little between runs. A value the config sets is used as given, with a warning when it
 looks too big for the memory free.
 
+On CPU, "free" is the smaller of the host's available RAM and what the process's cgroup
+(a container's `--memory`, a Kubernetes limit, `systemd-run -p MemoryMax=`) still allows:
+the host's figure alone sized a 4 GiB container's run to the host's 22 GiB and the kernel
+killed it at the first update. `cgroup_free_bytes` reads cgroup v2 (`memory.max` -
+`memory.current`) or v1 (`memory.limit_in_bytes` - `memory.usage_in_bytes`) at every level
+from the process's own cgroup up to the root; the log line says which figure was used.
+
     budget = resolve_micro_batch_tokens(model, cfg.algo.micro_batch_tokens)
 """
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from pathlib import Path
 
 import psutil
 import torch
@@ -83,12 +91,99 @@ def activation_bytes_per_token(
     return saved / (rows * length)
 
 
-def free_memory_bytes(device: torch.device) -> int:
-    """Memory free for new tensors on `device`: the GPU's free memory, else the host's
-    available RAM."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where the cgroup file systems are mounted (v2 at the root; v1's memory controller in
+`memory/`)."""
+SELF_CGROUP = Path("/proc/self/cgroup")
+"""This process's cgroup paths, one line per hierarchy (`0::/path` for v2,
+`N:memory:/path` for v1)."""
+V1_UNLIMITED = 2**60
+"""cgroup v1 writes "no limit" as a number near 2**63; anything this large is no limit."""
+
+
+class CgroupUnreadable(ValueError):
+    """A cgroup memory file that holds something other than a byte count."""
+
+
+def _own_path(self_cgroup: Path, v1: bool) -> str:
+    """This process's cgroup path in the v2 (`0::`) or v1 memory hierarchy; "/" when
+    `self_cgroup` is missing or names none (in a container's cgroup namespace it is "/")."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return "/"
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if (v1 and "memory" in controllers.split(",")) or (not v1 and line.startswith("0::")):
+            return path or "/"
+    return "/"
+
+
+def _read_bytes(path: Path) -> int | None:
+    """The byte count in cgroup file `path`; None for "max" (v2's no limit)."""
+    text = path.read_text().strip()
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise CgroupUnreadable(f"{path} holds {text[:40]!r}, not a byte count") from None
+
+
+def _levels(base: Path, own: str) -> list[Path]:
+    """`base/own` and each folder above it up to `base`, innermost first."""
+    inner = base / own.strip("/")
+    return [inner, *[p for p in inner.parents if p == base or base in p.parents]]
+
+
+def cgroup_free_bytes(
+    root: Path | None = None, self_cgroup: Path | None = None
+) -> tuple[int | None, str]:
+    """(bytes the process's cgroup still allows, what was read) or (None, why none): the
+    least `limit - usage` over the levels from its cgroup up to the root that set a
+    limit, v2 files when `root` has them, else v1's under `root/memory`. A file that is not
+    a byte count gives (None, its path and content). Defaults: `CGROUP_ROOT`, `SELF_CGROUP`."""
+    root, self_cgroup = root or CGROUP_ROOT, self_cgroup or SELF_CGROUP
+    v2 = (root / "cgroup.controllers").exists() or (root / "memory.max").exists()
+    base = root if v2 else root / "memory"
+    limit_name, usage_name = (
+        ("memory.max", "memory.current")
+        if v2
+        else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    )
+    best: tuple[int, Path] | None = None
+    try:
+        for level in _levels(base, _own_path(self_cgroup, v1=not v2)):
+            if not (level / limit_name).is_file():
+                continue
+            limit = _read_bytes(level / limit_name)
+            if limit is None or limit >= V1_UNLIMITED:
+                continue
+            free = max(0, limit - (_read_bytes(level / usage_name) or 0))
+            if best is None or free < best[0]:
+                best = (free, level / limit_name)
+    except (OSError, CgroupUnreadable) as e:
+        return None, f"cgroup memory limit unreadable ({e})"
+    if best is None:
+        return None, "no cgroup memory limit"
+    return best[0], f"cgroup limit {best[1]}"
+
+
+def free_memory(
+    device: torch.device, cgroup_root: Path | None = None, self_cgroup: Path | None = None
+) -> tuple[int, str]:
+    """(bytes free for new tensors on `device`, where that figure comes from): the GPU's
+    free memory; on CPU the host's available RAM or, when smaller, what the cgroup still
+    allows (`cgroup_free_bytes`; the source says why the host's figure was used)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return int(psutil.virtual_memory().available)
+        return int(torch.cuda.mem_get_info(device)[0]), "GPU free memory"
+    host = int(psutil.virtual_memory().available)
+    limited, why = cgroup_free_bytes(cgroup_root, self_cgroup)
+    if limited is not None and limited < host:
+        return limited, why
+    if limited is not None:
+        return host, f"host available memory (below the {why})"
+    return host, f"host available memory ({why})"
 
 
 def budget_for(per_token: float, free: int, share: int = 1) -> int:
@@ -113,11 +208,11 @@ def resolve_micro_batch_tokens(
     measured activation memory and the memory free now on `device` (default: the model's)
     split `share` ways (`budget_for`); logs which and why."""
     per_token = activation_bytes_per_token(model, dtype_ctx=dtype_ctx)
-    free = free_memory_bytes(device or next(model.parameters()).device)
+    free, source = free_memory(device or next(model.parameters()).device)
     auto = budget_for(per_token, free, share)
     facts = (
         f"activations ~{per_token / MIB:.3f} MiB a token (measured), "
-        f"{free / 2**30:.1f} GiB free" + (f" for {share} processes" if share > 1 else "")
+        f"{free / 2**30:.1f} GiB free ({source})" + (f" for {share} processes" if share > 1 else "")
     )
     if requested is None:
         log.info("update micro-batches: up to %d tokens (%s; algo.micro_batch_tokens sets it)",

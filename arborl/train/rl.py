@@ -58,6 +58,7 @@ from arborl.train.failures import FailureTally, first_reason, signal_rows
 from arborl.train.refill import refill_groups, trainer_draw
 from arborl.train.rows import attach_advantages, batch_rewards, drop_env_errors
 from arborl.train.runlog import MetricsLogger, PhaseTimer, RunDir
+from arborl.train.stop import StopSignals, TrainingStopped
 from arborl.train.update import minibatch_schedule
 
 log = logging.getLogger("arborl")
@@ -116,6 +117,7 @@ class RLTrainer:
         """Task seed -> 1.0 won / 0.0 lost of the newest evaluation."""
         self.callbacks: list[Callable[[RLTrainer], None]] = []
         """Called as fn(trainer) at the end of every RL step (e.g. to inject faults)."""
+        self.stop = StopSignals(lambda: f"steps {(self.saved_step or 0) + 1}-{self.step + 1} lost")
 
     # --- one step -----------------------------------------------------------------------
     def plan(self, step: int, draw: int = 0) -> RolloutPlan:
@@ -335,6 +337,17 @@ class RLTrainer:
         self.saved_step = self.step
         self.engine.sync_weights()
 
+    def _stop_if_asked(self) -> None:
+        """After a SIGTERM/SIGINT (`self.stop`), between steps: checkpoint this step (if
+        not saved yet), say so in run.log and raise `TrainingStopped`."""
+        if self.stop.signum is None:
+            return
+        if self.saved_step != self.step:
+            self.save()
+        stopped = TrainingStopped(self.stop.signum, self.step)
+        log.warning("%s", stopped)
+        raise stopped
+
     # --- the run ------------------------------------------------------------------------
     def fit(self) -> dict:
         c = self.cfg
@@ -348,7 +361,8 @@ class RLTrainer:
             config=to_dict(c),
         )
         try:
-            return self._fit(logger)
+            with self.stop:  # SIGTERM/SIGINT: finish the step, save, stop (train/stop.py)
+                return self._fit(logger)
         except Exception:
             self.write_report(baselines=False)  # a crashed run shows what it has, at once
             raise
@@ -362,6 +376,7 @@ class RLTrainer:
         t_start = time.perf_counter()
         ckpt = resolve_resume(c.trainer.resume, self.run.path)
         sft = self.engine.prepare(warm_start=ckpt is None and c.sft.enabled and c.sft.steps > 0)
+        self.stop.arm()  # an engine's start-up (ray.init) may have set handlers of its own
         if sft is not None:
             logger.log(0, {"phase": "sft", **{k: v for k, v in sft.items() if k != "sft/demos"}})
         if ckpt is not None:
@@ -378,6 +393,7 @@ class RLTrainer:
                      before["success"], before["success_lo"], before["success_hi"])  # fmt: skip
             self.write_report()
         while self.step < c.trainer.total_steps:
+            self._stop_if_asked()
             if c.trainer.max_env_steps and self.env_steps >= c.trainer.max_env_steps:
                 break
             metrics = self.rl_step()
@@ -393,6 +409,7 @@ class RLTrainer:
                 self.save()
         if self.saved_step != self.step:  # the final step is saved once
             self.save()
+        self._stop_if_asked()  # before the final evaluation
         after = self.history["after"] = self._evaluation_record(phase="after")
         logger.log(self.step, {f"eval/final_{k}": v for k, v in after.items()})
         summary = {

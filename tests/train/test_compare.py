@@ -221,3 +221,44 @@ def test_an_rl_run_from_an_older_start_is_never_compared_as_if_from_the_new_one(
     assert [c["status"] for c in result["cells"]] == ["rerun", "rerun"] and result["runs"]
     start.write_text(json.dumps({**json.loads(start.read_text()), "sft": doc["sft"]}))
     assert grid_mod.plan_statuses(cfg, plan_grid(cfg)) == ["done", "rerun"]
+
+
+# --- review-3 defect 13: one compare per --out; a damaged cell file is one error line ----
+GRID_ARGS = [*BARE, "--arm", "grpo", "--start", "tiny-0.1m", "--seeds", "0"]
+
+
+@pytest.mark.fault("concurrent compare")
+def test_a_second_compare_on_the_same_out_is_refused_and_leaves_the_results_alone(tmp_path, capsys):
+    import os
+
+    from arborl.train.compare_guard import grid_lock
+
+    (tmp_path / "comparison.json").write_text('{"first": "compare"}')
+    with grid_lock(tmp_path):  # the first compare, still running
+        rc = main(["compare", "--out", str(tmp_path), *GRID_ARGS])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: grid folder"), err
+    assert str(tmp_path) in err[0] and f"pid {os.getpid()}" in err[0]  # names the other one
+    assert (tmp_path / "comparison.json").read_text() == '{"first": "compare"}'
+    assert not (tmp_path / "grpo-s0").exists()  # nothing was started
+    with grid_lock(tmp_path):  # free again once the first ends
+        pass
+
+
+def test_a_damaged_cell_file_is_one_line_naming_it_and_the_fix(tmp_path, capsys):
+    marker = tmp_path / "grpo-s0" / "compare_cell.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text('{"kind": "rl", "arm"')  # cut short
+    rc = main(["compare", "--out", str(tmp_path), *GRID_ARGS])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err  # no traceback
+    assert str(marker) in err[0] and "is damaged" in err[0] and "--replace" in err[0]
+    lines = []
+    cfg = from_dict(
+        CompareConfig,
+        {"base": BARE, "start": "tiny-0.1m", "seeds": [0], "arms": {"grpo": []},
+         "out": str(tmp_path)},
+    )  # fmt: skip
+    run_grid(cfg, collect_only=True, echo=lines.append)  # collecting skips it, saying why
+    assert any(x.startswith("skipped: ") and str(marker) in x for x in lines), lines
+    assert cell_status(cfg, plan_grid(cfg)[0], replace=True) == "rerun"

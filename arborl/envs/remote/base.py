@@ -37,6 +37,29 @@ class EnvCallError(RuntimeError):
     """One call to a remote env failed (raised by `EnvProxy` methods)."""
 
 
+class EnvCreateError(EnvCallError):
+    """A pool's envs could not be created: their data is missing, their package is not set
+    up, their kwargs are wrong. A fault of the set-up, not of one episode, whose message
+    (the env's own, e.g. ALFWorld's `DataMissing`) says how to fix it: every `arborl`
+    command prints it alone and exits 2 (`arborl.cli.main`)."""
+
+
+SETUP_ERRORS = (OSError, ImportError, LookupError, ValueError, TypeError)
+"""What an env's constructor raises when its set-up is wrong (missing data files, an
+uninstalled dependency, an unknown name, bad kwargs); anything else is a bug of the env,
+whose traceback the worker writes to its log."""
+
+
+def _create_failure(env_id: str, mode: str, num_envs: int, failed: list[str]) -> str:
+    """One line for envs that could not be created (`failed`: `RemotePool._open`'s lines,
+    "env I (where): error"): the env's own message once when every env failed alike."""
+    errors = [f.split("): ", 1)[-1].removeprefix("create_failed: ") for f in failed]
+    head = f"could not create the envs of {env_id} ({mode} pool, {len(failed)} of {num_envs} failed"
+    if len(set(errors)) == 1:
+        return f"{head}): {errors[0]}"
+    return f"{head}; the first: {failed[0]})"
+
+
 class EnvErrorBudgetExceeded(RuntimeError):
     """More env calls failed than the pool's `max_env_errors` allows."""
 
@@ -157,7 +180,7 @@ class RemotePool(PoolBookkeeping):
         failed = self._open(list(range(num_envs)))
         if failed:
             self.transport.close()
-            raise EnvCallError(f"{mode} pool of {env_id!r}: could not create envs: {failed[0]}")
+            raise EnvCreateError(_create_failure(env_id, mode, num_envs, failed))
 
     # --- EnvPool interface (len, pool[i], active, done: `PoolBookkeeping`) ------------------
     def reset(self, seeds: Sequence[int], group_size: int = 1, options=None):

@@ -25,13 +25,16 @@ import hmac
 import inspect
 import math
 import pickle
+import sys
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from arborl.envs.registry import make, register, spec
+from arborl.envs.remote.base import SETUP_ERRORS
 
 
 class HostError(Exception):
@@ -100,6 +103,10 @@ class EnvHost:
             raise HostError(
                 400, "bad_kwargs", f"make({self.env_id!r}, **{kwargs!r:.200}): {e}"
             ) from e
+        except Exception as e:  # the env's own message (e.g. its data is missing), one line
+            if not isinstance(e, SETUP_ERRORS):  # a bug of the env: its traceback to the log
+                traceback.print_exc(file=sys.stderr)
+            raise HostError(500, "create_failed", f"{type(e).__name__}: {e}") from e
         sid = session_id or uuid.uuid4().hex
         with self._lock:
             old = self.sessions.pop(sid, None)

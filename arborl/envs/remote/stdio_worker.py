@@ -8,7 +8,8 @@ The protocol is one JSON line each way per batch, over the process's stdin/stdou
 
 The first line out is `{"ready": true, "pid": ...}`. Whatever the env prints goes to
 stderr (fd 1 is re-pointed at it), so it can never corrupt the protocol. End of stdin
-(the parent died or closed the pipe) ends the worker: no orphans. `ARBORL_ENV_SPEC` (JSON
+(the parent died or closed the pipe) ends the worker: no orphans. SIGINT is ignored (a
+Ctrl-C to the terminal's process group is the trainer's to handle). `ARBORL_ENV_SPEC` (JSON
 `{id, entry_point, kwargs, max_turns}`) registers a package env; `ARBORL_WORKER_SECRET`
 keys the snapshot signatures.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     from arborl.envs.remote.orphans import die_with_parent
 
     die_with_parent()  # a hung env must not outlive a SIGKILLed supervisor
+    # Ctrl-C reaches the whole terminal process group: the trainer stops cleanly after its
+    # step (arborl.train.stop), which needs its envs; the supervisor ends us (end of input).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     spec = json.loads(os.environ["ARBORL_ENV_SPEC"]) if os.environ.get("ARBORL_ENV_SPEC") else None
     secret = os.environ.get("ARBORL_WORKER_SECRET", "").encode() or os.urandom(32)
