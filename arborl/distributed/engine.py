@@ -32,10 +32,10 @@ from arborl.config import ConfigError
 from arborl.data import Batch
 from arborl.distributed.dispatch import WorkerGroup
 from arborl.distributed.fleet import RolloutFleet, describe
-from arborl.distributed.merge import merge_rollouts
 from arborl.distributed.placement import Placement, env_specs, init_ray
 from arborl.distributed.workers import ColocatedRole, RolloutRole, TrainRole
 from arborl.rollout import draw_seeds
+from arborl.rollout.merge import merge_rollouts
 from arborl.train.config import TrainConfig
 from arborl.train.engine import (
     SCORE_KEYS,

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from arborl.data import Batch
-from arborl.distributed.merge import merge_batches  # pure Batch re-layout; imports no Ray
+from arborl.rollout.merge import merge_batches
 
 Draw = Callable[[int], tuple[Batch, torch.Tensor]]
 """`draw(k) -> (rows, rewards)`: the k-th extra draw's rows of mixed groups (k >= 1)."""

@@ -7,8 +7,8 @@ import torch
 from arborl.data import Batch
 from arborl.distributed.dispatch import COLLECT_MODES, DISPATCH_MODES, method_modes, register
 from arborl.distributed.engine import shares, worker_seed
-from arborl.distributed.merge import merge_batches
 from arborl.distributed.workers import RolloutRole, TrainRole
+from arborl.rollout.merge import merge_batches
 
 
 def _rows(n, start=0):
