@@ -65,6 +65,7 @@ FAULT_SCENARIOS = {
     "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no lock",
     "killed worker": "a kill -9'd worker is replaced and only its own work is redone",
     "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
+    "failed request": "a call that fails after admission frees its in-flight slot; no 503 after",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 
