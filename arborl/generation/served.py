@@ -126,8 +126,13 @@ def _finite(values: list[float]) -> list[float | None]:
 
 def longest_token_chars(tokenizer: PreTrainedTokenizerBase) -> int:
     """Most characters of text one token can stand for: the longest vocabulary entry (a
-    byte-level BPE entry has one character per byte, so it bounds its text from above)."""
-    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+    byte-level BPE entry has one character per byte, so it bounds its text from above).
+    A tokenizer without `get_vocab` is asked to decode each id instead."""
+    try:
+        entries = list(tokenizer.get_vocab())
+    except (NotImplementedError, AttributeError):
+        entries = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+    return max((len(t) for t in entries), default=1) or 1
 
 
 def _check_limits(prompts: list[list[int]], max_tokens: int, vocab: int,
