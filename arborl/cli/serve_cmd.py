@@ -146,7 +146,10 @@ def gateway_limits(args: argparse.Namespace):
     """The `GatewayLimits` of `--record` from the flags (their defaults are its defaults)."""
     from arborl.generation.gateway import GatewayLimits
 
-    return GatewayLimits(max_sessions=args.max_sessions,
-                         max_calls_per_session=args.max_calls_per_session,
-                         max_pending=args.max_pending, session_timeout_s=args.session_timeout_s,
-                         idle_timeout_s=args.idle_timeout_s)  # fmt: skip
+    return GatewayLimits(
+        max_sessions=args.max_sessions,
+        max_calls_per_session=args.max_calls_per_session,
+        max_pending=args.max_pending,
+        session_timeout_s=args.session_timeout_s,
+        idle_timeout_s=args.idle_timeout_s,
+    )

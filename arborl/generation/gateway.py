@@ -79,8 +79,10 @@ class GatewayLimits:
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if not value > 0:  # NaN too
-                raise ValueError(f"GatewayLimits.{name}={value} must be > 0 (`arborl serve "
-                                 f"--{name.replace('_', '-')}`)")  # fmt: skip
+                raise ValueError(
+                    f"GatewayLimits.{name}={value} must be > 0 (`arborl serve "
+                    f"--{name.replace('_', '-')}`)"
+                )
 
 
 @dataclass
@@ -264,9 +266,13 @@ class Gateway:
             return
         idle = [s for s in open_now if s.key is None and not s.num_in_flight]
         if not (self.auto_sessions and idle):
-            raise APIError(503, f"{len(open_now)} sessions are open, the limit (max_sessions="
-                           f"{self.limits.max_sessions}, `arborl serve --max-sessions`); close "
-                           "some or wait", "overloaded")  # fmt: skip
+            raise APIError(
+                503,
+                f"{len(open_now)} sessions are open, the limit (max_sessions="
+                f"{self.limits.max_sessions}, `arborl serve --max-sessions`); close "
+                "some or wait",
+                "overloaded",
+            )
         lru = min(idle, key=lambda s: s.last_used)
         lru.closed = "evicted"
         del self._sessions[lru.id]
@@ -327,13 +333,21 @@ class Gateway:
             self._sweep(now)
             s = self._session_for(session, now)
             if s.num_calls >= self.limits.max_calls_per_session:
-                raise APIError(429, f"session {s.id} made {s.num_calls} calls, the limit "
-                               f"(max_calls_per_session={self.limits.max_calls_per_session}, "
-                               "`arborl serve --max-calls-per-session`)", "rate_limit_error")  # fmt: skip
+                raise APIError(
+                    429,
+                    f"session {s.id} made {s.num_calls} calls, the limit "
+                    f"(max_calls_per_session={self.limits.max_calls_per_session}, "
+                    "`arborl serve --max-calls-per-session`)",
+                    "rate_limit_error",
+                )
             if self._pending >= self.limits.max_pending:
-                raise APIError(503, f"{self._pending} calls are in flight, the limit "
-                               f"(max_pending={self.limits.max_pending}, `arborl serve "
-                               "--max-pending`); retry", "overloaded")  # fmt: skip
+                raise APIError(
+                    503,
+                    f"{self._pending} calls are in flight, the limit "
+                    f"(max_pending={self.limits.max_pending}, `arborl serve "
+                    "--max-pending`); retry",
+                    "overloaded",
+                )
             index = s.num_calls
             params = self._sampling(params, s, index, num_rows)  # before the slot is taken
             s.num_calls, s.last_used = s.num_calls + 1, now

@@ -74,8 +74,13 @@ class Slot:
     entry; `finish(call)` records it, and leaving without `finish`, by any exception, ends it
     unrecorded. `params` are the sampling parameters the recorder set."""
 
-    def __init__(self, recorder: CallRecorder | None, session: str | None,
-                 params: SamplingParams, num_rows: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        recorder: CallRecorder | None,
+        session: str | None,
+        params: SamplingParams,
+        num_rows: int,
+    ) -> None:
         self.recorder, self.session, self.params = recorder, session, params
         self.num_rows, self.ticket, self._held = num_rows, None, False
 
@@ -135,24 +140,36 @@ def longest_token_chars(tokenizer: PreTrainedTokenizerBase) -> int:
     return max((len(t) for t in entries), default=1) or 1
 
 
-def _check_limits(prompts: list[list[int]], max_tokens: int, vocab: int,
-                  max_tokens_limit: int) -> None:  # fmt: skip
+def _check_limits(
+    prompts: list[list[int]], max_tokens: int, vocab: int, max_tokens_limit: int
+) -> None:
     """400 naming the field, value and limit for a prompt or budget the model cannot take."""
     if max_tokens > max_tokens_limit:
-        raise APIError(400, f"max_tokens={max_tokens} is over this server's limit of "
-                       f"{max_tokens_limit} (the model context; `arborl serve --max-tokens`); "
-                       "ask for fewer")  # fmt: skip
+        raise APIError(
+            400,
+            f"max_tokens={max_tokens} is over this server's limit of "
+            f"{max_tokens_limit} (the model context; `arborl serve --max-tokens`); "
+            "ask for fewer",
+        )
     for i, p in enumerate(prompts):
         if not p:
-            raise APIError(400, f"prompt[{i}] is empty (no tokens); send at least one token "
-                           "or a non-empty text")  # fmt: skip
+            raise APIError(
+                400,
+                f"prompt[{i}] is empty (no tokens); send at least one token or a non-empty text",
+            )
         if len(p) >= max_tokens_limit:
-            raise APIError(400, f"prompt[{i}] has {len(p)} tokens; the limit is "
-                           f"{max_tokens_limit - 1} (the model context)")  # fmt: skip
+            raise APIError(
+                400,
+                f"prompt[{i}] has {len(p)} tokens; the limit is "
+                f"{max_tokens_limit - 1} (the model context)",
+            )
         bad = [t for t in p if not 0 <= t < vocab]
         if bad:
-            raise APIError(400, f"prompt[{i}] holds token id {bad[0]}, outside the "
-                           f"vocabulary [0, {vocab}); send text or valid ids")  # fmt: skip
+            raise APIError(
+                400,
+                f"prompt[{i}] holds token id {bad[0]}, outside the "
+                f"vocabulary [0, {vocab}); send text or valid ids",
+            )
 
 
 def _with_session(result: Any, session: str | None) -> Any:
@@ -177,16 +194,31 @@ def _usage(prompts: list[list[int]], outs: list[Completion], n: int) -> dict:
 def _call_record(kind: str, request: dict, prompts, outs, params, extra, n: int) -> dict:
     """What the recorder keeps of a finished call (docs/agents.md, "The record")."""
     choices = [
-        {"response_ids": list(c.token_ids), "logprobs": list(c.logprobs),
-         "finish_reason": c.finish_reason, **x}
+        {
+            "response_ids": list(c.token_ids),
+            "logprobs": list(c.logprobs),
+            "finish_reason": c.finish_reason,
+            **x,
+        }
         for c, x in zip(outs, extra)
-    ]  # fmt: skip
-    sampling = {"temperature": params.temperature, "top_p": params.top_p,
-                "top_k": params.top_k, "max_tokens": params.max_new_tokens,
-                "stop": list(params.stop), "seed": params.seed,
-                "row_seeds": params.row_seeds}  # fmt: skip
-    return {"kind": kind, "request": request, "sampling": sampling,
-            "prompt_ids": [list(p) for p in prompts], "n": n, "choices": choices}  # fmt: skip
+    ]
+    sampling = {
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "max_tokens": params.max_new_tokens,
+        "stop": list(params.stop),
+        "seed": params.seed,
+        "row_seeds": params.row_seeds,
+    }
+    return {
+        "kind": kind,
+        "request": request,
+        "sampling": sampling,
+        "prompt_ids": [list(p) for p in prompts],
+        "n": n,
+        "choices": choices,
+    }
 
 
 @dataclass
@@ -225,27 +257,39 @@ class Served:
     def check_rows(self, num_prompts: int, n: int) -> None:
         """400 for no prompt at all, or more rows (prompts x n) than `max_rows`."""
         if num_prompts == 0:
-            raise APIError(400, "prompt is empty ([]); send a text, a list of texts, token "
-                           "ids or a list of token-id lists")  # fmt: skip
+            raise APIError(
+                400,
+                "prompt is empty ([]); send a text, a list of texts, token "
+                "ids or a list of token-id lists",
+            )
         if num_prompts * n > self.max_rows:
-            raise APIError(400, f"{num_prompts} prompt(s) x n={n} = {num_prompts * n} "
-                           f"sequences; the limit is {self.max_rows} (`arborl serve --max-rows`)")  # fmt: skip
+            raise APIError(
+                400,
+                f"{num_prompts} prompt(s) x n={n} = {num_prompts * n} "
+                f"sequences; the limit is {self.max_rows} (`arborl serve --max-rows`)",
+            )
 
     def encode(self, text: str, where: str) -> list[int]:
         """`text`'s token ids; 400 for a text too long to fit (before tokenizing) or not UTF-8."""
         if len(text) > self.max_prompt_chars:
-            raise APIError(400, f"{where} has {len(text)} characters of prompt text; the limit "
-                           f"is {self.max_prompt_chars} (the context, {self.max_tokens_limit - 1} "
-                           "tokens, x the tokenizer's longest token); send less")  # fmt: skip
+            raise APIError(
+                400,
+                f"{where} has {len(text)} characters of prompt text; the limit "
+                f"is {self.max_prompt_chars} (the context, {self.max_tokens_limit - 1} "
+                "tokens, x the tokenizer's longest token); send less",
+            )
         try:
             text.encode("utf-8")
             return self.tokenizer.encode(text, add_special_tokens=False)
         except (UnicodeEncodeError, TypeError, ValueError) as e:
-            raise APIError(400, f"{where} is not valid text (UTF-8 only, no lone surrogates): "
-                           f"{type(e).__name__}") from e  # fmt: skip
+            raise APIError(
+                400,
+                f"{where} is not valid text (UTF-8 only, no lone surrogates): {type(e).__name__}",
+            ) from e
 
-    def sampling(self, prompts: list[list[int]], req: _Base, max_tokens: int,
-                 stops: list[str]) -> SamplingParams:  # fmt: skip
+    def sampling(
+        self, prompts: list[list[int]], req: _Base, max_tokens: int, stops: list[str]
+    ) -> SamplingParams:
         """Check the prompts and budget, and the request's sampling parameters."""
         _check_limits(prompts, max_tokens, self.vocab, self.max_tokens_limit)
         return SamplingParams(
@@ -294,8 +338,9 @@ class Served:
             outs = self.generate(prompts, req.n, slot.params)
             choices = self._completion_choices(req, outs, stops)
             extra = [{"text": ch["text"]} for ch in choices]
-            call = _call_record("completion", {"prompt": req.prompt}, prompts, outs,
-                                slot.params, extra, req.n)  # fmt: skip
+            call = _call_record(
+                "completion", {"prompt": req.prompt}, prompts, outs, slot.params, extra, req.n
+            )
             session = slot.finish(call)
         rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         base = {"id": rid, "object": "text_completion", "created": now, "model": self.model_name}
@@ -344,8 +389,11 @@ class Served:
             raise APIError(400, "messages is empty ([]); send at least one message")
         self.check_rows(1, req.n)
         if len(req.messages) > self.max_messages:
-            raise APIError(400, f"messages holds {len(req.messages)} messages; the limit is "
-                           f"{self.max_messages} (the context: each takes a token or more)")  # fmt: skip
+            raise APIError(
+                400,
+                f"messages holds {len(req.messages)} messages; the limit is "
+                f"{self.max_messages} (the context: each takes a token or more)",
+            )
         try:
             text = render_chat(self.tokenizer, req.messages, req.tools)
         except MessageError as e:
@@ -366,10 +414,11 @@ class Served:
             outs = self.generate(prompts, req.n, slot.params)
             texts = [self.finish_text(c, req, stops) for c in outs]
             parses = [parse_tool_calls(t, tools, self.tool_parser) for t in texts]
-            extra = [{"text": t, "content": p.content, "tool_calls": p.calls,
-                      "tool_call_error": p.error} for t, p in zip(texts, parses)]  # fmt: skip
-            request = {"messages": req.messages, "tools": req.tools,
-                       "tool_choice": req.tool_choice}  # fmt: skip
+            extra = [
+                {"text": t, "content": p.content, "tool_calls": p.calls, "tool_call_error": p.error}
+                for t, p in zip(texts, parses)
+            ]
+            request = {"messages": req.messages, "tools": req.tools, "tool_choice": req.tool_choice}
             call = _call_record("chat", request, prompts, outs, slot.params, extra, req.n)
             session = slot.finish(call)
         rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -377,10 +426,15 @@ class Served:
         reasons = ["tool_calls" if p.calls else c.finish_reason for c, p in zip(outs, parses)]
         if req.stream:
             chunks = [
-                {"pieces": list(_pieces(self.tokenizer, c.token_ids, p.content, True))
-                 if not p.calls else [p.content], "tool_calls": p.calls, "finish_reason": r}
+                {
+                    "pieces": list(_pieces(self.tokenizer, c.token_ids, p.content, True))
+                    if not p.calls
+                    else [p.content],
+                    "tool_calls": p.calls,
+                    "finish_reason": r,
+                }
                 for c, p, r in zip(outs, parses, reasons)
-            ]  # fmt: skip
+            ]
             stream = stream_chat(base, chunks)
             return _with_session(StreamingResponse(stream, media_type="text/event-stream"), session)
         choices = self._chat_choices(req, outs, parses, reasons)

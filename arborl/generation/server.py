@@ -59,8 +59,14 @@ from arborl.serving import (
     run_request,
 )
 
-__all__ = ["APIError", "CallRecorder", "SESSION_HEADER", "check_session_id", "create_app",
-           "session_of"]  # fmt: skip
+__all__ = [
+    "APIError",
+    "CallRecorder",
+    "SESSION_HEADER",
+    "check_session_id",
+    "create_app",
+    "session_of",
+]
 
 MAX_ROWS = 256
 """Default cap on prompts x n in one request (each row is a sequence generated)."""
@@ -114,24 +120,33 @@ def check_session_id(sid: str, where: str) -> str:
     1 to 128 bytes of UTF-8, no control, format or line-break characters. Checked before a
     call is admitted, so a refused id is never recorded."""
     size = len(sid.encode("utf-8", errors="surrogatepass"))
-    bad = next((c for c in sid if unicodedata.category(c) in _NOT_IN_IDS), None)
+    bad = None
+    if size <= MAX_SESSION_ID_BYTES:  # a long id is refused without a look at each character
+        bad = next((c for c in sid if unicodedata.category(c) in _NOT_IN_IDS), None)
     if 0 < size <= MAX_SESSION_ID_BYTES and bad is None:
         return sid
     got = f"{size} bytes" if bad is None else f"the character U+{ord(bad):04X}"
-    raise APIError(400, f"the session id in {where} is not valid ({got}): a session id is 1 to "
-                   f"{MAX_SESSION_ID_BYTES} bytes of UTF-8 with no control, format or "
-                   "line-break characters")  # fmt: skip
+    raise APIError(
+        400,
+        f"the session id in {where} is not valid ({got}): a session id is 1 to "
+        f"{MAX_SESSION_ID_BYTES} bytes of UTF-8 with no control, format or "
+        "line-break characters",
+    )
 
 
 def session_of(request: Request, req: _Base) -> str | None:
     """The session a call names: the URL path (`/s/<id>/v1/...`, see `SessionPath`), the
     `X-Arborl-Session` header, `metadata.session_id`, or the `user` field, first found;
     400 for an id that breaks `check_session_id`'s rule."""
-    carriers = [("the URL path (/s/<id>/v1)", request.scope.get("arborl_session")),
-                ("the X-Arborl-Session header", request.headers.get(SESSION_HEADER)),
-                ("metadata.session_id",
-                 req.metadata.get("session_id") if isinstance(req.metadata, dict) else None),
-                ("user", req.user)]  # fmt: skip
+    carriers = [
+        ("the URL path (/s/<id>/v1)", request.scope.get("arborl_session")),
+        ("the X-Arborl-Session header", request.headers.get(SESSION_HEADER)),
+        (
+            "metadata.session_id",
+            req.metadata.get("session_id") if isinstance(req.metadata, dict) else None,
+        ),
+        ("user", req.user),
+    ]
     for where, sid in carriers:
         if sid:
             return check_session_id(str(sid), where)
