@@ -76,6 +76,7 @@ FAULT_SCENARIOS = {
     "it stopped, workers exit with it; resume=auto continues bit-exactly",
     "concurrent compare": "a second compare on one --out is refused naming the first's pid; "
     "the first's results are left alone",
+    "failed request": "a call that fails after admission frees its in-flight slot; no 503 after",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 

@@ -67,6 +67,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=600.0,
         help="with --record: a session closes this long after it opened (default 600)",
     )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=300.0,
+        help="with --record: a session closes this long after its last call (default 300)",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=1024,
+        help="with --record: sessions open at once (default 1024); one more closes the least "
+        "recently used idle session, whose records are on disk already",
+    )
+    p.add_argument(
+        "--max-calls-per-session",
+        type=int,
+        default=256,
+        help="with --record: calls one session may make; past it 429 (default 256)",
+    )
+    p.add_argument(
+        "--max-pending",
+        type=int,
+        default=64,
+        help="with --record: calls in flight over all sessions; past it 503 (default 64)",
+    )
     p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
     p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
     p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
@@ -101,10 +126,9 @@ def run(args: argparse.Namespace) -> int:
     )
     name = args.model_name or args.checkpoint
     if args.record:
-        from arborl.generation.gateway import Gateway, GatewayLimits
+        from arborl.generation.gateway import Gateway
 
-        limits = GatewayLimits(session_timeout_s=args.session_timeout_s)
-        gateway = Gateway(backend, tokenizer, name, api_key=key, limits=limits,
+        gateway = Gateway(backend, tokenizer, name, api_key=key, limits=gateway_limits(args),
                           auto_sessions=True, record_dir=args.record, open_access=not key,
                           tool_parser=args.tool_parser, max_request_s=args.max_request_s,
                           max_tokens_limit=args.max_tokens, max_rows=args.max_rows)  # fmt: skip
@@ -116,3 +140,16 @@ def run(args: argparse.Namespace) -> int:
                      max_request_s=args.max_request_s, tool_parser=args.tool_parser)  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
+
+
+def gateway_limits(args: argparse.Namespace):
+    """The `GatewayLimits` of `--record` from the flags (their defaults are its defaults)."""
+    from arborl.generation.gateway import GatewayLimits
+
+    return GatewayLimits(
+        max_sessions=args.max_sessions,
+        max_calls_per_session=args.max_calls_per_session,
+        max_pending=args.max_pending,
+        session_timeout_s=args.session_timeout_s,
+        idle_timeout_s=args.idle_timeout_s,
+    )

@@ -18,7 +18,12 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
   `idle_timeout_s` after its last call; a call to a closed session gets 410 and is not
   recorded. Standalone (`auto_sessions`, `arborl serve --record DIR`) a call naming an
   unknown session opens it and a call naming none gets a session of its own (its id comes
-  back in the `X-Arborl-Session` response header); records go to `DIR/<session>.jsonl`.
+  back in the `X-Arborl-Session` response header, percent-encoded where it is not visible
+  ASCII); records go to `DIR/<name>.jsonl` (`record_name`: the id itself when it is plain
+  `[a-z0-9_-]`, else a prefix and its digest). An id is checked before its call is
+  admitted (`check_session_id`: 1 to 128 bytes of UTF-8, no control characters), so a
+  refused id is never recorded. When `max_sessions` are open, a new one evicts the least
+  recently used idle one rather than locking every new client out.
 * **Token-exact records.** Per call: the prompt ids the chat template produced, each
   choice's sampled ids, their logprobs, finish reason, text, parsed tool calls (or why the
   attempt did not parse), the sampling parameters used and the weight version (see
@@ -34,7 +39,9 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import secrets
 import socket
 import threading
@@ -45,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.generation.base import GenerationBackend, SamplingParams, row_seed
-from arborl.generation.server import MAX_ROWS, APIError, create_app
+from arborl.generation.server import MAX_ROWS, APIError, check_session_id, create_app
 from arborl.serving import DEFAULT_LIMITS, Limits, bearer_ok, check_bind
 
 SESSION_PREFIX = "/s/"
@@ -57,7 +64,9 @@ class GatewayLimits:
     """What one gateway will hold at once, and for how long (each refusal names its field)."""
 
     max_sessions: int = 1024
-    """Sessions open at once; one more is refused (503 when a call would open it)."""
+    """Sessions open at once. Standalone (`auto_sessions`) one more closes the least recently
+    used session with no call in flight and no key (its records are on disk already; a
+    later call naming it opens it again); in training it is refused (503)."""
     max_calls_per_session: int = 256
     """Calls one session may make; past it 429 (an agent stuck in a loop ends there)."""
     max_pending: int = 64
@@ -66,6 +75,14 @@ class GatewayLimits:
     """A session closes this long after it opened (a caller's `timeout_s` may set less)."""
     idle_timeout_s: float = 300.0
     """A session closes this long after its last call (or its opening)."""
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not value > 0:  # NaN too
+                raise ValueError(
+                    f"GatewayLimits.{name}={value} must be > 0 (`arborl serve "
+                    f"--{name.replace('_', '-')}`)"
+                )
 
 
 @dataclass
@@ -98,9 +115,11 @@ class Session:
     """Call i's row j samples with `row_seed(seed, i * 1000 + j)` (None: unseeded)."""
     last_used: float = 0.0
     num_calls: int = 0
+    num_in_flight: int = 0
+    """Its calls admitted and not yet ended (a session with some is never evicted)."""
     calls: list[dict[str, Any]] = field(default_factory=list)
     closed: str = ""
-    """Why it closed ('' while open): closed, timeout, idle."""
+    """Why it closed ('' while open): closed, timeout, idle, evicted."""
 
 
 @dataclass
@@ -221,13 +240,12 @@ class Gateway:
         """Open under the lock (closing expired sessions first, to make room)."""
         now = time.monotonic()
         self._sweep(now)
-        open_now = sum(not s.closed for s in self._sessions.values())
-        if open_now >= self.limits.max_sessions:
-            raise APIError(503, f"{open_now} sessions are open, the limit (max_sessions="
-                           f"{self.limits.max_sessions}); close some or wait", "overloaded")  # fmt: skip
+        if session_id is not None:
+            check_session_id(session_id, "session_id")
         sid = session_id or secrets.token_hex(8)
         if sid in self._sessions:
             raise APIError(409, f"session {sid!r} exists already; use another id", "conflict")
+        self._make_room()
         life = self.limits.session_timeout_s
         life = min(life, timeout_s) if timeout_s is not None else life
         key = secrets.token_urlsafe(24) if with_key else None
@@ -236,6 +254,34 @@ class Gateway:
         if key:
             self._by_key[key] = sid
         return s
+
+    def _make_room(self) -> None:
+        """Under the lock: with `max_sessions` open, evict the least recently used idle
+        keyless session (standalone only: its records are on disk), else refuse with 503.
+        Evicting instead of refusing keeps a burst of new ids (1,024 in 10 s) from locking
+        every new session out until the idle timeout; a client whose session was evicted
+        just reopens it on its next call."""
+        open_now = [s for s in self._sessions.values() if not s.closed]
+        if len(open_now) < self.limits.max_sessions:
+            return
+        idle = [s for s in open_now if s.key is None and not s.num_in_flight]
+        if not (self.auto_sessions and idle):
+            raise APIError(
+                503,
+                f"{len(open_now)} sessions are open, the limit (max_sessions="
+                f"{self.limits.max_sessions}, `arborl serve --max-sessions`); close "
+                "some or wait",
+                "overloaded",
+            )
+        lru = min(idle, key=lambda s: s.last_used)
+        lru.closed = "evicted"
+        del self._sessions[lru.id]
+
+    @property
+    def num_pending(self) -> int:
+        """Calls in flight now (admitted by `begin`, not yet ended), over all sessions."""
+        with self._lock:
+            return self._pending
 
     def close_session(self, session_id: str, reason: str = "closed") -> list[dict[str, Any]]:
         """Close a session (later calls get 410) and return its records, ordered by call."""
@@ -287,15 +333,26 @@ class Gateway:
             self._sweep(now)
             s = self._session_for(session, now)
             if s.num_calls >= self.limits.max_calls_per_session:
-                raise APIError(429, f"session {s.id} made {s.num_calls} calls, the limit "
-                               f"(max_calls_per_session={self.limits.max_calls_per_session})",
-                               "rate_limit_error")  # fmt: skip
+                raise APIError(
+                    429,
+                    f"session {s.id} made {s.num_calls} calls, the limit "
+                    f"(max_calls_per_session={self.limits.max_calls_per_session}, "
+                    "`arborl serve --max-calls-per-session`)",
+                    "rate_limit_error",
+                )
             if self._pending >= self.limits.max_pending:
-                raise APIError(503, f"{self._pending} calls are in flight, the limit "
-                               f"(max_pending={self.limits.max_pending}); retry", "overloaded")  # fmt: skip
-            index, s.num_calls, s.last_used = s.num_calls, s.num_calls + 1, now
+                raise APIError(
+                    503,
+                    f"{self._pending} calls are in flight, the limit "
+                    f"(max_pending={self.limits.max_pending}, `arborl serve "
+                    "--max-pending`); retry",
+                    "overloaded",
+                )
+            index = s.num_calls
+            params = self._sampling(params, s, index, num_rows)  # before the slot is taken
+            s.num_calls, s.last_used = s.num_calls + 1, now
             self._pending += 1
-        params = self._sampling(params, s, index, num_rows)
+            s.num_in_flight += 1
         return params, (s, index, time.time())
 
     def _session_for(self, session: str | None, now: float) -> Session:
@@ -306,7 +363,7 @@ class Gateway:
                                "X-Arborl-Session header", "invalid_request_error")  # fmt: skip
             return self._open({}, None, None, None, False)
         s = self._sessions.get(session)
-        if s is None and self.auto_sessions and len(session) <= 128:
+        if s is None and self.auto_sessions:
             return self._open({}, None, None, session, False)
         if s is None:
             raise APIError(404, f"no session {session!r} on this gateway", "not_found_error")
@@ -327,13 +384,15 @@ class Gateway:
         return params
 
     def end(self, ticket: Any, call: dict[str, Any] | None) -> str:
-        """Record a finished call (None: it failed, nothing is recorded)."""
+        """Release the call's slot, then record it (None: it failed, nothing is recorded)."""
         s, index, started = ticket
-        version = self.version() if call is not None else None
-        with self._lock:
+        with self._lock:  # first, so nothing below can keep the slot
             self._pending -= 1
-            if call is None:
-                return s.id
+            s.num_in_flight -= 1
+        if call is None:
+            return s.id
+        version = self.version()
+        with self._lock:
             record = {"session": s.id, "call": index, "weight_version": version,
                       "started": started, "ended": time.time(), **call}  # fmt: skip
             if s.closed:  # closed while generating (deadline): the episode is over
@@ -343,7 +402,7 @@ class Gateway:
                 s.calls.append(record)
         if self.record_dir is not None:
             self.record_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.record_dir / f"{_safe(s.id)}.jsonl", "a") as f:
+            with open(self.record_dir / f"{record_name(s.id)}.jsonl", "a") as f:
                 f.write(json.dumps({**record, "meta": s.meta}) + "\n")
         return s.id
 
@@ -388,12 +447,19 @@ class Gateway:
         self.stop()
 
 
-def _safe(session_id: str) -> str:
-    """A session id as a file name (ids come from clients in standalone mode); an id that
-    had to change gets a digest, so two ids never share a file."""
-    import hashlib
+_SAFE_NAME = re.compile(r"[a-z0-9_-]{1,100}")
+"""Session ids kept as their own file name: lower case (so no two differ only in case, which
+a case-insensitive file system would merge), no `~`, at most 100 bytes."""
 
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in session_id)[:128]
-    if safe == session_id:
-        return safe
-    return f"{safe}-{hashlib.sha256(session_id.encode()).hexdigest()[:12]}"
+
+def record_name(session_id: str) -> str:
+    """A session id as a file name (standalone ids come from clients): a `_SAFE_NAME` id is
+    its own name; any other id is a readable ASCII prefix, `~` and 32 hex digits of its
+    SHA-256. No safe id holds `~`, so the map is one to one (two ids never share a file);
+    a name is at most 100 bytes of `[A-Za-z0-9_~-]`, so it stays inside the folder and under
+    every file system's 255-byte limit whatever the id's length or script."""
+    if _SAFE_NAME.fullmatch(session_id):
+        return session_id
+    digest = hashlib.sha256(session_id.encode("utf-8", errors="surrogatepass")).hexdigest()
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", session_id[:64])
+    return f"{prefix}~{digest[:32]}"

@@ -159,7 +159,7 @@ def test_standalone_records_to_files(tmp_path, served_policy):
     assert [c["kind"] for c in files["ep-1.jsonl"]] == ["chat", "chat", "completion"]
     assert [c["call"] for c in files["ep-1.jsonl"]] == [0, 1, 2]
     assert len(files[f"{own}.jsonl"]) == 1
-    (odd,) = [k for k in files if k.startswith("ep_2-")]  # a client id made safe as a name
+    (odd,) = [k for k in files if k.startswith("ep_2~")]  # a client id made safe as a name
     assert files[odd][0]["session"] == "ep/2"
 
 
