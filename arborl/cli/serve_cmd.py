@@ -61,6 +61,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "DIR/<session>.jsonl, its session named by the URL (/s/<id>/v1), the "
         "X-Arborl-Session header, metadata.session_id or user (docs/agents.md)",
     )
+    add_session_limits(p)
+    p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
+    p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
+    p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
+    p.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype"
+    )
+    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
+    p.set_defaults(func=run)
+
+
+def add_session_limits(p: argparse.ArgumentParser) -> None:
+    """The recording gateway's session limits (`GatewayLimits`; docs/security.md)."""
     p.add_argument(
         "--session-timeout-s",
         type=float,
@@ -92,14 +105,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=64,
         help="with --record: calls in flight over all sessions; past it 503 (default 64)",
     )
-    p.add_argument("--model-name", default=None, help="model id clients use (default: CHECKPOINT)")
-    p.add_argument("--max-batch-size", type=int, default=64, help="prompts per forward batch")
-    p.add_argument("--seed", type=int, default=0, help="seed for preset init and sampling")
-    p.add_argument(
-        "--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype"
-    )
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
