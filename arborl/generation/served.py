@@ -20,20 +20,18 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from transformers import PreTrainedTokenizerBase
 
 from arborl.generation.base import Completion, GenerationBackend, SamplingParams
+from arborl.generation.requests import ChatRequest, CompletionRequest, _Base
 from arborl.generation.sse import stream_chat, stream_completions
 from arborl.generation.token_bytes import token_bytes
 from arborl.generation.tools import MessageError, parse_tool_calls, render_chat
 from arborl.serving import ModelQueue
-
-if TYPE_CHECKING:
-    from arborl.generation.server import ChatRequest, CompletionRequest, _Base
 
 SESSION_HEADER = "x-arborl-session"
 """The request header naming a call's session (episode); also the response header."""

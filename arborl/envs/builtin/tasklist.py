@@ -98,7 +98,7 @@ class TaskListEnv(TextEnv):
     env_id = "arborl/Tasks-v0"
     description = "Your own tasks from a JSONL file: the prompt, then one answer."
     action_format = "the answer"
-    default_max_turns = 1
+    default_max_turns = 2  # a reply that is not an answer gets one retry
     _state_attrs = ("answered", "correct")
 
     def __init__(self, split: str = "train", max_turns: int | None = None, path: str = "") -> None:
