@@ -120,6 +120,9 @@ class Session:
     calls: list[dict[str, Any]] = field(default_factory=list)
     closed: str = ""
     """Why it closed ('' while open): closed, timeout, idle, evicted."""
+    sampling: SamplingOverride | None = None
+    """The sampling its calls get (None: the gateway's `sampling`); a run's one gateway
+    serves training at the rollout's temperature and evaluation at the eval's."""
 
 
 @dataclass
@@ -137,8 +140,8 @@ class WeightVersion:
     where the backend keeps one (vLLM), else one more each time the in-process model's
     parameters were written in place or replaced since the last look (optimizer steps, a
     `load_state_dict`: `arborl.generation.lean.weights_key`). The count belongs to the
-    model, not to one gateway: every gateway over the same model (a trainer starts one per
-    rollout) continues it, so versions grow over a run."""
+    model, not to one gateway: every gateway over the same model (a run's own, or one a
+    caller starts per rollout) continues it, so versions grow over a run."""
 
     _counts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     """model -> [version, weights key at the last look]."""
@@ -203,6 +206,9 @@ class Gateway:
         version: Any = None,
         open_access: bool = False,
     ) -> None:
+        self.backend = backend
+        """What it serves (a run's gateway serves the engine's live model: each call sees
+        the weights of the moment)."""
         self.api_key = api_key or secrets.token_urlsafe(24)
         self.open_access = open_access and not api_key
         self.sampling, self.limits, self.auto_sessions = sampling, limits, auto_sessions
@@ -230,10 +236,13 @@ class Gateway:
         seed: int | None = None,
         session_id: str | None = None,
         with_key: bool = True,
+        sampling: SamplingOverride | None = None,
     ) -> SessionHandle:
-        """Open a session (an episode) and return its id, key and base URL."""
+        """Open a session (an episode) and return its id, key and base URL; `sampling`
+        overrides the gateway's for its calls."""
         with self._lock:
             s = self._open(meta or {}, timeout_s, seed, session_id, with_key)
+            s.sampling = sampling
         return SessionHandle(s.id, s.key or self.api_key, f"{self.url}{SESSION_PREFIX}{s.id}/v1")
 
     def _open(self, meta, timeout_s, seed, session_id, with_key) -> Session:
@@ -373,7 +382,7 @@ class Gateway:
         return s
 
     def _sampling(self, params: SamplingParams, s: Session, index: int, rows: int):
-        o = self.sampling
+        o = s.sampling or self.sampling
         if o is not None:
             params.temperature, params.top_p, params.top_k = o.temperature, o.top_p, o.top_k
             if o.max_new_tokens is not None:
@@ -437,6 +446,9 @@ class Gateway:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self._server = self._thread = None
+
+    close = stop
+    """A run's services close with the engine (`arborl.train.rollout_modes.RunServices`)."""
 
     def __enter__(self) -> Gateway:
         if not self.url:
