@@ -24,10 +24,11 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
   admitted (`check_session_id`: 1 to 128 bytes of UTF-8, no control characters), so a
   refused id is never recorded. When `max_sessions` are open, a new one evicts the least
   recently used idle one rather than locking every new client out.
-* **Token-exact records.** Per call: the prompt ids the chat template produced, each
-  choice's sampled ids, their logprobs, finish reason, text, parsed tool calls (or why the
-  attempt did not parse), the sampling parameters used and the weight version (see
-  `WeightVersion`). The request's messages and tools are kept beside them.
+* **Token-exact records.** Per call a `CallRecord` (`arborl.generation.calls`): the prompt
+  ids the chat template produced, each choice's sampled ids, their logprobs, finish reason,
+  text, parsed tool calls (or why the attempt did not parse), the sampling parameters used
+  and the weight version (see `WeightVersion`). The request's messages and tools are kept
+  beside them.
 * **Sampling the trainer controls.** With `sampling` (training), temperature, top-p and
   top-k are the rollout's whatever the agent asks (so the recorded logprobs are the ones the
   update recomputes), max tokens is capped, and each call draws from a stream keyed by the
@@ -40,7 +41,6 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
 import socket
@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.generation.base import GenerationBackend, SamplingParams, row_seed
+from arborl.generation.calls import CallRecord, append_call
 from arborl.generation.server import MAX_ROWS, APIError, check_session_id, create_app
 from arborl.serving import DEFAULT_LIMITS, Limits, bearer_ok, check_bind
 
@@ -117,7 +118,7 @@ class Session:
     num_calls: int = 0
     num_in_flight: int = 0
     """Its calls admitted and not yet ended (a session with some is never evicted)."""
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
     closed: str = ""
     """Why it closed ('' while open): closed, timeout, idle, evicted."""
     sampling: SamplingOverride | None = None
@@ -292,7 +293,7 @@ class Gateway:
         with self._lock:
             return self._pending
 
-    def close_session(self, session_id: str, reason: str = "closed") -> list[dict[str, Any]]:
+    def close_session(self, session_id: str, reason: str = "closed") -> list[CallRecord]:
         """Close a session (later calls get 410) and return its records, ordered by call."""
         with self._lock:
             s = self._sessions.pop(session_id, None)
@@ -300,7 +301,7 @@ class Gateway:
                 raise KeyError(f"no session {session_id!r} on this gateway")
             s.closed = s.closed or reason
             self._by_key.pop(s.key or "", None)
-            return sorted(s.calls, key=lambda c: c["call"])
+            return sorted(s.calls, key=lambda c: c.call)
 
     def session(self, session_id: str) -> Session:
         """The session (open or closed and not yet collected)."""
@@ -402,17 +403,16 @@ class Gateway:
             return s.id
         version = self.version()
         with self._lock:
-            record = {"session": s.id, "call": index, "weight_version": version,
-                      "started": started, "ended": time.time(), **call}  # fmt: skip
+            record = CallRecord.from_dict({"session": s.id, "call": index, "weight_version": version,
+                                           "started": started, "ended": time.time(), **call,
+                                           "meta": s.meta})  # fmt: skip
             if s.closed:  # closed while generating (deadline): the episode is over
                 return s.id
             s.last_used = time.monotonic()
             if self.record_dir is None or not self.auto_sessions:
                 s.calls.append(record)
         if self.record_dir is not None:
-            self.record_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.record_dir / f"{record_name(s.id)}.jsonl", "a") as f:
-                f.write(json.dumps({**record, "meta": s.meta}) + "\n")
+            append_call(self.record_dir / f"{record_name(s.id)}.jsonl", record)
         return s.id
 
     # --- the server ----------------------------------------------------------------------

@@ -32,7 +32,7 @@ class AgentProgramConfig:
     reward: str | None = None
     """`"package.module:function"` scoring every episode as `reward(task, result, calls)
     -> float` (`result`: what the program returned; `calls`: the gateway's records of the
-    episode). None: the program's own reward (or the env's grade of its answer)."""
+    episode, `arborl.generation.calls.CallRecord`s). None: the program's own reward (or the env's grade of its answer)."""
     process: bool = False
     """Run `fn` in its own process (`python -m arborl.rollout.fn_agent fn`, as a
     `command`), so that the deadline kills it whole, children included, whatever it does:

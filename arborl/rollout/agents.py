@@ -40,6 +40,7 @@ from typing import Any
 
 from arborl.data.reward_check import BadReward, check_reward
 from arborl.generation.base import row_seed
+from arborl.generation.calls import CallRecord
 from arborl.generation.gateway import Gateway, GatewayLimits, SamplingOverride
 from arborl.registry import load_entry_point
 from arborl.rollout.agent_config import AgentProgramConfig
@@ -93,7 +94,7 @@ class Outcome:
 
     result: Any = None
     """What the program returned."""
-    calls: list[dict] | None = None
+    calls: list[CallRecord] | None = None
     """The gateway's records of its calls, ordered."""
     error: AgentFailed | None = None
     reward: float | None = None
@@ -193,9 +194,9 @@ def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgr
             outcomes[i].won = outcomes[i].error is None and bool(res.info.get("won"))
 
 
-def _observation(call: dict) -> str:
+def _observation(call: CallRecord) -> str:
     """The text the policy answered in a call: the last non-assistant message, or the prompt."""
-    req = call.get("request") or {}
+    req = call.request
     for m in reversed(req.get("messages") or []):
         if isinstance(m, dict) and m.get("role") != "assistant":
             c = m.get("content")
@@ -213,23 +214,21 @@ def episode_from_calls(i: int, task: dict, group_size: int, outcome: Outcome, ru
                       instruction=task.get("instruction", ""), observation=task["observation"],
                       info={"task_id": task["task_id"]}, max_turns=max_turns)  # fmt: skip
     for call in outcome.calls or []:
-        n = max(1, int(call.get("n", 1)))
-        for j, ch in enumerate(call["choices"]):
-            ok = ch.get("tool_call_error") is None
+        for prompt_ids, ch in call.rows():
+            ok = ch.tool_call_error is None
             info = {"valid_action": ok, "won": False, "task_id": task["task_id"],
-                    "session": call["session"], "call": call["call"],
-                    "weight_version": call["weight_version"],
-                    "tool_calls": ch.get("tool_calls") or [],
-                    "messages": (call.get("request") or {}).get("messages") or []}  # fmt: skip
+                    "session": call.session, "call": call.call,
+                    "weight_version": call.weight_version, "tool_calls": ch.tool_calls or [],
+                    "messages": call.request.get("messages") or []}  # fmt: skip
             if not ok:
-                info["tool_call_error"] = ch["tool_call_error"]
+                info["tool_call_error"] = ch.tool_call_error
             ep.turns.append(TurnRecord(
-                observation=_observation(call), action=ch.get("text", ""),
-                response_text=ch.get("text", ""), format_ok=ok, anchor=None, info=info,
-                prompt_ids=list(call["prompt_ids"][j // n]), response_ids=list(ch["response_ids"]),
-                logprobs=list(ch["logprobs"]), finish_reason=ch["finish_reason"],
+                observation=_observation(call), action=ch.text, response_text=ch.text,
+                format_ok=ok, anchor=None, info=info, prompt_ids=list(prompt_ids),
+                response_ids=list(ch.response_ids), logprobs=list(ch.logprobs),
+                finish_reason=ch.finish_reason,
             ))  # fmt: skip
-            ep.generated_tokens += len(ch["response_ids"])
+            ep.generated_tokens += len(ch.response_ids)
     if outcome.error is not None:
         ep.end("env_error")
         if ep.turns:
