@@ -74,7 +74,7 @@ class AgentProgram:
         if cfg.command:
             return cls(command=shlex.split(cfg.command))
         raise ValueError(
-            "rollout.mode=agent needs a program: set agent_program.fn=package.module:function "
+            "rollout.mode=program needs a program: set agent_program.fn=package.module:function "
             "or agent_program.command='python my_agent.py' (docs/agents.md)"
         )
 

@@ -1,4 +1,4 @@
-"""Held-out evaluation of `rollout.mode=agent`: the agent program on the eval tasks.
+"""Held-out evaluation of `rollout.mode=program`: the agent program on the eval tasks.
 
 The same contract as `arborl.train.evaluate.evaluate_share` (one episode per task seed,
 paired outcomes, the first `eval.save_episodes` trajectories), but each episode is the

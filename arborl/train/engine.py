@@ -131,7 +131,7 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None:
-        """Release pools, services (the agent mode's gateway), workers and processes."""
+        """Release pools, services (the program mode's gateway), workers and processes."""
         ...
 
 
@@ -195,7 +195,7 @@ class LocalEngine:
     """Everything in this process: policy + LoRA, HF generation backend, critic,
     reference, optimizers, the run's env pools in `env.pool_mode` (`pools`: training,
     demo and evaluation envs over one set of worker processes) and its rollout mode's
-    services (`services`: the agent mode's one gateway, serving the live model), both
+    services (`services`: the program mode's one gateway, serving the live model), both
     kept for the run and closed by `close`."""
 
     name = "local"

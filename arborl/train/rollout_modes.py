@@ -12,8 +12,9 @@ where `rollout_cfg` is the step's `RolloutConfig` (seeded for this step) and `cf
 `TrainConfig`, plus `service=` for a mode that declares a run-long `service` (the agent
 mode's gateway, held by the engine's `RunServices`). The registry lives here, above both `arborl.rollout` and `arborl.search`, so
 that neither has to know the other: `flat` is `arborl.rollout.run_rollout`, `tree` is
-`arborl.search.training.tree_rollout`, `agent` is `arborl.rollout.agents.run_agent_rollout`
-(a program you wrote, through the gateway). A new mode is one `register_rollout_mode`;
+`arborl.search.training.tree_rollout`, `program` (formerly `agent`) is
+`arborl.rollout.agents.run_agent_rollout` (your agent program, through the gateway). A new
+mode is one `register_rollout_mode`;
 outside arborl, an entry point in the `arborl.rollout_modes` group names its record.
 
     res = rollout_step(backend, tokenizer, pool, seeds=seeds, rollout_cfg=rollout_cfg, cfg=cfg,
@@ -22,6 +23,7 @@ outside arborl, an entry point in the `arborl.rollout_modes` group names its rec
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -58,8 +60,10 @@ class RolloutMode:
     check: Callable[[Any], None] | None = None
     """Extra config rules of the mode, `check(train_cfg)` raising `ValueError` (e.g. that
     its section names something to run)."""
+    former_names: tuple[str, ...] = ()
+    """Names the mode had before (still accepted, with a `FutureWarning` naming this one)."""
     service: Callable[[Any, Any, Any], Any] | None = None
-    """A server the mode's episodes talk to for the whole run (the agent mode's gateway):
+    """A server the mode's episodes talk to for the whole run (the program mode's gateway):
     `service(backend, tokenizer, train_cfg)` starts one (an object with `close()`). The
     engine's `RunServices` starts it on the first rollout or evaluation, passes it to
     `collect` and `evaluate_share` as `service=`, and closes it with the run's pools.
@@ -120,7 +124,12 @@ def register_rollout_mode(record: RolloutMode) -> RolloutMode:
 
 
 def get_rollout_mode(name: str) -> RolloutMode:
-    """The record of `rollout.mode=name` (an unknown name lists the known ones)."""
+    """The record of `rollout.mode=name`, or of the mode that once had that name (an
+    unknown name lists the known ones)."""
+    if name not in ROLLOUT_MODES:
+        renamed = [ROLLOUT_MODES[n] for n in ROLLOUT_MODES if name in _former(ROLLOUT_MODES[n])]
+        if renamed:
+            return renamed[0]
     record = ROLLOUT_MODES.get(name)
     if not isinstance(record, RolloutMode):
         raise ValueError(
@@ -129,6 +138,10 @@ def get_rollout_mode(name: str) -> RolloutMode:
             "`register_rollout_mode` and name that"
         )
     return record
+
+
+def _former(record: Any) -> tuple[str, ...]:
+    return record.former_names if isinstance(record, RolloutMode) else ()
 
 
 def _flat(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
@@ -146,7 +159,7 @@ def _tree(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
     return grow(backend, tokenizer, pool, seeds, rollout_cfg, cfg.search, cfg.agent, split=split)
 
 
-def _agent(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str, service=None):
+def _program(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str, service=None):
     """Episodes of the `agent_program` section's program, each talking to the policy
     through the run's gateway (`service`; `arborl.rollout.agents`); every model call it
     made is one step-view row, token-exact. Held-out evaluation runs the program too."""
@@ -166,7 +179,7 @@ def _gateway(backend, tokenizer, cfg):
 def _program_given(cfg: Any) -> None:
     if not cfg.agent_program.given:
         raise ValueError(
-            "rollout.mode=agent runs an agent program you wrote, but none is set: give "
+            "rollout.mode=program runs an agent program you wrote, but none is set: give "
             "agent_program.fn=package.module:function or agent_program.command='python "
             "my_agent.py' (docs/agents.md)"
         )
@@ -178,13 +191,14 @@ register_rollout_mode(
 )
 register_rollout_mode(
     RolloutMode(
-        "agent",
-        _agent,
+        "program",
+        _program,
         "arborl.train.agent_eval:evaluate_agent_share",
         views=("step",),
         section="agent_program",
         needs_action=("supports_programs",),
         check=_program_given,
+        former_names=("agent",),
         service=_gateway,
     )
 )
@@ -194,6 +208,10 @@ def check_rollout_mode(rollout_cfg: Any, prefix: str = "rollout") -> RolloutMode
     """The record of `rollout_cfg.mode`; raise `ValueError` if the mode cannot produce
     `rollout_cfg.view` or cannot run `rollout_cfg.async_envs`."""
     mode = get_rollout_mode(rollout_cfg.mode)
+    if mode.name != rollout_cfg.mode:  # a former name: the config says the current one
+        warnings.warn(f"{prefix}.mode={rollout_cfg.mode} is now {prefix}.mode={mode.name}; "
+                      "the old name will go", FutureWarning, stacklevel=2)  # fmt: skip
+        rollout_cfg.mode = mode.name
     if rollout_cfg.async_envs and not mode.async_envs:
         able = [n for n in ROLLOUT_MODES.names() if get_rollout_mode(n).async_envs]
         raise ValueError(

@@ -1,4 +1,4 @@
-"""`arborl train` with `rollout.mode=agent` (issue 32 req 3): an agent program written with
+"""`arborl train` with `rollout.mode=program` (issue 32 req 3): an agent program written with
 the `openai` client trains through the gateway, each step's rows its recorded calls, with
 the weights current at every step (the version each call used is recorded), through one
 gateway the engine keeps for the run (issue 46 #3)."""
@@ -22,7 +22,7 @@ AGENT = [
     "env.id=arborl/ToolQA-v0",
     "model.name_or_path=tiny-0.1m",
     "sft.enabled=false",
-    "rollout.mode=agent",
+    "rollout.mode=program",
     "agent_program.fn=tests.rollout._agents:parity_agent",
     "agent_program.max_concurrent=4",
     "rollout.num_tasks=4",
@@ -61,7 +61,7 @@ def test_train_an_agent_program(tmp_path):
 
 def test_agent_mode_needs_a_program():
     with pytest.raises(ConfigError, match="agent_program.fn"):
-        load_train_config(["rollout.mode=agent", "env.id=arborl/ToolQA-v0"])
+        load_train_config(["rollout.mode=program", "env.id=arborl/ToolQA-v0"])
     with pytest.raises(ConfigError, match="view"):
         load_train_config([*AGENT, "rollout.view=episode"])
 
