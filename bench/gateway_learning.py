@@ -13,7 +13,7 @@ unmodified against arborl's gateway.
    gateway will show it. `--sft-steps` optimizer steps: the start should succeed
    sometimes, not always, so that RL groups have a signal (docs/BENCHMARKS.md has what
    each task's start does).
-2. **RL** (`arborl train rollout.mode=agent`, `--algo`: RAFT by default, which learned on
+2. **RL** (`arborl train rollout.mode=program`, `--algo`: RAFT by default, which learned on
    every seed where GRPO did not; one `arborl compare` grid with the SFT policy as its
    start): before RL and after it, the agent runs on the same `--eval-episodes`
    held-out tasks (test split, `eval.seed` fixed) with the same sampling seed, so the gain
@@ -61,7 +61,7 @@ import gateway_agent  # noqa: E402
 
 BASE = [
     "env.pool_mode=inproc",  # registered by this script at run time
-    "rollout.mode=agent",
+    "rollout.mode=program",
     "agent_program.timeout_s=60",
     "trainer.num_threads=1",
     "trainer.progress=false",

@@ -47,7 +47,7 @@ class ActionMode:
     supports_tree: bool = False
     """Search trees can grow with it (`rollout.mode=tree`: their proposers generate)."""
     supports_programs: bool = False
-    """An agent program's model calls can run in it (`rollout.mode=agent`: the gateway
+    """An agent program's model calls can run in it (`rollout.mode=program`: the gateway
     generates)."""
 
     def capabilities(self) -> frozenset[str]:

@@ -24,10 +24,11 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
   admitted (`check_session_id`: 1 to 128 bytes of UTF-8, no control characters), so a
   refused id is never recorded. When `max_sessions` are open, a new one evicts the least
   recently used idle one rather than locking every new client out.
-* **Token-exact records.** Per call: the prompt ids the chat template produced, each
-  choice's sampled ids, their logprobs, finish reason, text, parsed tool calls (or why the
-  attempt did not parse), the sampling parameters used and the weight version (see
-  `WeightVersion`). The request's messages and tools are kept beside them.
+* **Token-exact records.** Per call a `CallRecord` (`arborl.generation.calls`): the prompt
+  ids the chat template produced, each choice's sampled ids, their logprobs, finish reason,
+  text, parsed tool calls (or why the attempt did not parse), the sampling parameters used
+  and the weight version (see `WeightVersion`). The request's messages and tools are kept
+  beside them.
 * **Sampling the trainer controls.** With `sampling` (training), temperature, top-p and
   top-k are the rollout's whatever the agent asks (so the recorded logprobs are the ones the
   update recomputes), max tokens is capped, and each call draws from a stream keyed by the
@@ -40,7 +41,6 @@ models, streaming) with a `CallRecorder`, this class, plugged in. What it adds:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
 import socket
@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from arborl.generation.base import GenerationBackend, SamplingParams, row_seed
+from arborl.generation.calls import CallRecord, append_call
 from arborl.generation.server import MAX_ROWS, APIError, check_session_id, create_app
 from arborl.serving import DEFAULT_LIMITS, Limits, bearer_ok, check_bind
 
@@ -117,9 +118,12 @@ class Session:
     num_calls: int = 0
     num_in_flight: int = 0
     """Its calls admitted and not yet ended (a session with some is never evicted)."""
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
     closed: str = ""
     """Why it closed ('' while open): closed, timeout, idle, evicted."""
+    sampling: SamplingOverride | None = None
+    """The sampling its calls get (None: the gateway's `sampling`); a run's one gateway
+    serves training at the rollout's temperature and evaluation at the eval's."""
 
 
 @dataclass
@@ -137,8 +141,8 @@ class WeightVersion:
     where the backend keeps one (vLLM), else one more each time the in-process model's
     parameters were written in place or replaced since the last look (optimizer steps, a
     `load_state_dict`: `arborl.generation.lean.weights_key`). The count belongs to the
-    model, not to one gateway: every gateway over the same model (a trainer starts one per
-    rollout) continues it, so versions grow over a run."""
+    model, not to one gateway: every gateway over the same model (a run's own, or one a
+    caller starts per rollout) continues it, so versions grow over a run."""
 
     _counts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     """model -> [version, weights key at the last look]."""
@@ -203,6 +207,9 @@ class Gateway:
         version: Any = None,
         open_access: bool = False,
     ) -> None:
+        self.backend = backend
+        """What it serves (a run's gateway serves the engine's live model: each call sees
+        the weights of the moment)."""
         self.api_key = api_key or secrets.token_urlsafe(24)
         self.open_access = open_access and not api_key
         self.sampling, self.limits, self.auto_sessions = sampling, limits, auto_sessions
@@ -230,10 +237,13 @@ class Gateway:
         seed: int | None = None,
         session_id: str | None = None,
         with_key: bool = True,
+        sampling: SamplingOverride | None = None,
     ) -> SessionHandle:
-        """Open a session (an episode) and return its id, key and base URL."""
+        """Open a session (an episode) and return its id, key and base URL; `sampling`
+        overrides the gateway's for its calls."""
         with self._lock:
             s = self._open(meta or {}, timeout_s, seed, session_id, with_key)
+            s.sampling = sampling
         return SessionHandle(s.id, s.key or self.api_key, f"{self.url}{SESSION_PREFIX}{s.id}/v1")
 
     def _open(self, meta, timeout_s, seed, session_id, with_key) -> Session:
@@ -283,7 +293,7 @@ class Gateway:
         with self._lock:
             return self._pending
 
-    def close_session(self, session_id: str, reason: str = "closed") -> list[dict[str, Any]]:
+    def close_session(self, session_id: str, reason: str = "closed") -> list[CallRecord]:
         """Close a session (later calls get 410) and return its records, ordered by call."""
         with self._lock:
             s = self._sessions.pop(session_id, None)
@@ -291,7 +301,7 @@ class Gateway:
                 raise KeyError(f"no session {session_id!r} on this gateway")
             s.closed = s.closed or reason
             self._by_key.pop(s.key or "", None)
-            return sorted(s.calls, key=lambda c: c["call"])
+            return sorted(s.calls, key=lambda c: c.call)
 
     def session(self, session_id: str) -> Session:
         """The session (open or closed and not yet collected)."""
@@ -373,7 +383,7 @@ class Gateway:
         return s
 
     def _sampling(self, params: SamplingParams, s: Session, index: int, rows: int):
-        o = self.sampling
+        o = s.sampling or self.sampling
         if o is not None:
             params.temperature, params.top_p, params.top_k = o.temperature, o.top_p, o.top_k
             if o.max_new_tokens is not None:
@@ -393,17 +403,16 @@ class Gateway:
             return s.id
         version = self.version()
         with self._lock:
-            record = {"session": s.id, "call": index, "weight_version": version,
-                      "started": started, "ended": time.time(), **call}  # fmt: skip
+            record = CallRecord.from_dict({"session": s.id, "call": index, "weight_version": version,
+                                           "started": started, "ended": time.time(), **call,
+                                           "meta": s.meta})  # fmt: skip
             if s.closed:  # closed while generating (deadline): the episode is over
                 return s.id
             s.last_used = time.monotonic()
             if self.record_dir is None or not self.auto_sessions:
                 s.calls.append(record)
         if self.record_dir is not None:
-            self.record_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.record_dir / f"{record_name(s.id)}.jsonl", "a") as f:
-                f.write(json.dumps({**record, "meta": s.meta}) + "\n")
+            append_call(self.record_dir / f"{record_name(s.id)}.jsonl", record)
         return s.id
 
     # --- the server ----------------------------------------------------------------------
@@ -437,6 +446,9 @@ class Gateway:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self._server = self._thread = None
+
+    close = stop
+    """A run's services close with the engine (`arborl.train.rollout_modes.RunServices`)."""
 
     def __enter__(self) -> Gateway:
         if not self.url:

@@ -1,12 +1,12 @@
 """`AgentProgramConfig`: the `agent_program` section, an agent you wrote, trained as it is.
 
-With `rollout.mode=agent` each episode runs this program against the training gateway
+With `rollout.mode=program` each episode runs this program against the training gateway
 (`arborl.generation.gateway`) instead of arborl's own prompt loop: it gets a task, a
 `base_url` and an API key, talks to the policy through any OpenAI client or agent library,
 and returns a reward (docs/agents.md). Its own section, like `search`, so that the rollout
 section only says *whether* episodes come from an agent program.
 
-    arborl train rollout.mode=agent agent_program.fn=my_agent:run env.id=arborl/ToolQA-v0
+    arborl train rollout.mode=program agent_program.fn=my_agent:run env.id=arborl/ToolQA-v0
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 @dataclass
 class AgentProgramConfig:
-    """An agent program that talks to the policy over the OpenAI API (`rollout.mode=agent`)."""
+    """An agent program that talks to the policy over the OpenAI API (`rollout.mode=program`)."""
 
     fn: str | None = None
     """`"package.module:function"`, called once per episode as `fn(task, base_url,
@@ -32,7 +32,7 @@ class AgentProgramConfig:
     reward: str | None = None
     """`"package.module:function"` scoring every episode as `reward(task, result, calls)
     -> float` (`result`: what the program returned; `calls`: the gateway's records of the
-    episode). None: the program's own reward (or the env's grade of its answer)."""
+    episode, `arborl.generation.calls.CallRecord`s). None: the program's own reward (or the env's grade of its answer)."""
     process: bool = False
     """Run `fn` in its own process (`python -m arborl.rollout.fn_agent fn`, as a
     `command`), so that the deadline kills it whole, children included, whatever it does:

@@ -24,6 +24,7 @@ it is marked `truncation_reason="env_error"`, counted (`agent_errors`, and by th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import numbers
@@ -39,6 +40,7 @@ from typing import Any
 
 from arborl.data.reward_check import BadReward, check_reward
 from arborl.generation.base import row_seed
+from arborl.generation.calls import CallRecord
 from arborl.generation.gateway import Gateway, GatewayLimits, SamplingOverride
 from arborl.registry import load_entry_point
 from arborl.rollout.agent_config import AgentProgramConfig
@@ -72,7 +74,7 @@ class AgentProgram:
         if cfg.command:
             return cls(command=shlex.split(cfg.command))
         raise ValueError(
-            "rollout.mode=agent needs a program: set agent_program.fn=package.module:function "
+            "rollout.mode=program needs a program: set agent_program.fn=package.module:function "
             "or agent_program.command='python my_agent.py' (docs/agents.md)"
         )
 
@@ -92,7 +94,7 @@ class Outcome:
 
     result: Any = None
     """What the program returned."""
-    calls: list[dict] | None = None
+    calls: list[CallRecord] | None = None
     """The gateway's records of its calls, ordered."""
     error: AgentFailed | None = None
     reward: float | None = None
@@ -105,16 +107,19 @@ def run_programs(
     gateway: Gateway,
     cfg: AgentProgramConfig,
     seeds: list[int | None],
+    sampling: SamplingOverride | None = None,
 ) -> list[Outcome]:
     """Run `program` once per task, `cfg.max_concurrent` at a time, each in its own session
-    (opened as it starts, closed as it ends); returns one `Outcome` per task."""
+    (opened as it starts, closed as it ends, sampling with `sampling`); returns one
+    `Outcome` per task."""
     slots = threading.Semaphore(cfg.max_concurrent)
     outcomes = [Outcome() for _ in tasks]
 
     def episode(i: int) -> None:
         with slots:
             s = gateway.open_session(meta={"episode": i, "task_id": tasks[i]["task_id"]},
-                                     timeout_s=cfg.timeout_s + GRACE_S, seed=seeds[i])  # fmt: skip
+                                     timeout_s=cfg.timeout_s + GRACE_S, seed=seeds[i],
+                                     sampling=sampling)  # fmt: skip
             try:
                 outcomes[i].result = program(tasks[i], s.base_url, s.key, cfg.timeout_s)
             except AgentFailed as e:
@@ -189,9 +194,9 @@ def score(outcomes: list[Outcome], tasks: list[dict], pool: Any, cfg: AgentProgr
             outcomes[i].won = outcomes[i].error is None and bool(res.info.get("won"))
 
 
-def _observation(call: dict) -> str:
+def _observation(call: CallRecord) -> str:
     """The text the policy answered in a call: the last non-assistant message, or the prompt."""
-    req = call.get("request") or {}
+    req = call.request
     for m in reversed(req.get("messages") or []):
         if isinstance(m, dict) and m.get("role") != "assistant":
             c = m.get("content")
@@ -209,23 +214,21 @@ def episode_from_calls(i: int, task: dict, group_size: int, outcome: Outcome, ru
                       instruction=task.get("instruction", ""), observation=task["observation"],
                       info={"task_id": task["task_id"]}, max_turns=max_turns)  # fmt: skip
     for call in outcome.calls or []:
-        n = max(1, int(call.get("n", 1)))
-        for j, ch in enumerate(call["choices"]):
-            ok = ch.get("tool_call_error") is None
+        for prompt_ids, ch in call.rows():
+            ok = ch.tool_call_error is None
             info = {"valid_action": ok, "won": False, "task_id": task["task_id"],
-                    "session": call["session"], "call": call["call"],
-                    "weight_version": call["weight_version"],
-                    "tool_calls": ch.get("tool_calls") or [],
-                    "messages": (call.get("request") or {}).get("messages") or []}  # fmt: skip
+                    "session": call.session, "call": call.call,
+                    "weight_version": call.weight_version, "tool_calls": ch.tool_calls or [],
+                    "messages": call.request.get("messages") or []}  # fmt: skip
             if not ok:
-                info["tool_call_error"] = ch["tool_call_error"]
+                info["tool_call_error"] = ch.tool_call_error
             ep.turns.append(TurnRecord(
-                observation=_observation(call), action=ch.get("text", ""),
-                response_text=ch.get("text", ""), format_ok=ok, anchor=None, info=info,
-                prompt_ids=list(call["prompt_ids"][j // n]), response_ids=list(ch["response_ids"]),
-                logprobs=list(ch["logprobs"]), finish_reason=ch["finish_reason"],
+                observation=_observation(call), action=ch.text, response_text=ch.text,
+                format_ok=ok, anchor=None, info=info, prompt_ids=list(prompt_ids),
+                response_ids=list(ch.response_ids), logprobs=list(ch.logprobs),
+                finish_reason=ch.finish_reason,
             ))  # fmt: skip
-            ep.generated_tokens += len(ch["response_ids"])
+            ep.generated_tokens += len(ch.response_ids)
     if outcome.error is not None:
         ep.end("env_error")
         if ep.turns:
@@ -266,6 +269,19 @@ def agent_tasks(pool: Any, seeds: Sequence[int], group_size: int, split: str,
     return tasks
 
 
+def start_gateway(backend: Any, tokenizer: Any, cfg: AgentProgramConfig) -> Gateway:
+    """A started gateway serving `backend` to agent programs under `cfg`'s limits (one
+    session per running episode, `max_calls` each, `timeout_s` + `GRACE_S` of life). A run
+    starts one and keeps it (`arborl.train.rollout_modes.RunServices`); close it after."""
+    life = cfg.timeout_s + GRACE_S
+    limits = GatewayLimits(max_sessions=cfg.max_concurrent, max_pending=cfg.max_concurrent * 4,
+                           max_calls_per_session=cfg.max_calls, session_timeout_s=life,
+                           idle_timeout_s=life)  # fmt: skip
+    gateway = Gateway(backend, tokenizer, limits=limits, tool_parser=cfg.tool_parser)
+    gateway.start()
+    return gateway
+
+
 def run_agent_rollout(
     backend: Any,
     tokenizer: Any,
@@ -276,9 +292,11 @@ def run_agent_rollout(
     split: str = "train",
     env_id: str = "",
     program: AgentProgram | None = None,
+    gateway: Gateway | None = None,
 ) -> RolloutResult:
-    """`len(seeds) x rollout_cfg.group_size` episodes of the agent program against a gateway
-    serving `backend` at the rollout's sampling; the step-view batch of their calls."""
+    """`len(seeds) x rollout_cfg.group_size` episodes of the agent program, each in a
+    session of `gateway` (the run's, serving `backend`; None: one started for this call)
+    sampling at the rollout's settings; the step-view batch of their calls."""
     start = time.perf_counter()
     program = program or AgentProgram.from_config(cfg)
     reward_fn = load_entry_point(cfg.reward, "agent_program.reward") if cfg.reward else None
@@ -287,14 +305,19 @@ def run_agent_rollout(
     ep_seeds = [None if base is None else row_seed(base, i) for i in range(len(tasks))]
     sampling = SamplingOverride(rollout_cfg.temperature, rollout_cfg.top_p, rollout_cfg.top_k,
                                 rollout_cfg.max_new_tokens)  # fmt: skip
-    limits = GatewayLimits(max_sessions=max(len(tasks), 1), max_pending=cfg.max_concurrent * 4,
-                           max_calls_per_session=cfg.max_calls,
-                           session_timeout_s=cfg.timeout_s + GRACE_S,
-                           idle_timeout_s=cfg.timeout_s + GRACE_S)  # fmt: skip
-    with Gateway(backend, tokenizer, sampling=sampling, limits=limits,
-                 tool_parser=cfg.tool_parser) as gateway:  # fmt: skip
-        outcomes = run_programs(program, tasks, gateway, cfg, ep_seeds)
+    if gateway is not None and gateway.backend is not backend:
+        raise ValueError("run_agent_rollout: `gateway` serves another backend than `backend`; "
+                         "start one over this backend (`start_gateway`)")  # fmt: skip
+    with contextlib.ExitStack() as own:
+        if gateway is None:
+            gateway = own.enter_context(start_gateway(backend, tokenizer, cfg))
+        outcomes = run_programs(program, tasks, gateway, cfg, ep_seeds, sampling)
     score(outcomes, tasks, pool, cfg, reward_fn)
+    return _result(tasks, outcomes, rollout_cfg, cfg, split, env_id, tokenizer, start)
+
+
+def _result(tasks, outcomes, rollout_cfg, cfg, split, env_id, tokenizer, start) -> RolloutResult:
+    """The rollout's episodes, trajectories, stats and step-view batch from its outcomes."""
     run = uuid.uuid4().hex[:8]
     episodes = [
         episode_from_calls(i, t, rollout_cfg.group_size, o, run, cfg.max_calls)

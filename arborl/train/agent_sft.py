@@ -75,7 +75,6 @@ def record_agent_demos(
                     "the base_url and api_key it is given"
                 )
             for call in calls:
-                for j, choice in enumerate(call["choices"]):
-                    prompt = call["prompt_ids"][j // call["n"]]
-                    examples.append(SFTExample(list(prompt), list(choice["response_ids"])))
+                for prompt, choice in call.rows():
+                    examples.append(SFTExample(list(prompt), list(choice.response_ids)))
     return examples

@@ -412,7 +412,7 @@ class TrainConfig:
     """How each task's search tree is grown when `rollout.mode=tree`."""
     agent_program: AgentProgramConfig = field(default_factory=AgentProgramConfig)
     """The agent you wrote, run once per episode against the training gateway when
-    `rollout.mode=agent` (docs/agents.md)."""
+    `rollout.mode=program` (docs/agents.md)."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantage estimator and losses."""
     reward: RewardConfig = field(default_factory=RewardConfig)

@@ -44,7 +44,7 @@ from arborl.train import build, sft
 from arborl.train.config import TrainConfig
 from arborl.train.evaluate import evaluate_policy
 from arborl.train.memory import resolve_micro_batch_tokens
-from arborl.train.rollout_modes import rollout_step
+from arborl.train.rollout_modes import RunServices, rollout_step
 from arborl.train.update import UpdateResult, actor_update, critic_fit, critic_values, score_rows
 
 
@@ -131,7 +131,7 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None:
-        """Release pools, workers and processes."""
+        """Release pools, services (the program mode's gateway), workers and processes."""
         ...
 
 
@@ -193,8 +193,10 @@ def check_no_engine_options(cfg: TrainConfig) -> None:
 @ENGINES.register("local")
 class LocalEngine:
     """Everything in this process: policy + LoRA, HF generation backend, critic,
-    reference, optimizers, and the run's env pools in `env.pool_mode` (`pools`: training,
-    demo and evaluation envs over one set of worker processes, closed by `close`)."""
+    reference, optimizers, the run's env pools in `env.pool_mode` (`pools`: training,
+    demo and evaluation envs over one set of worker processes) and its rollout mode's
+    services (`services`: the program mode's one gateway, serving the live model), both
+    kept for the run and closed by `close`."""
 
     name = "local"
 
@@ -219,6 +221,7 @@ class LocalEngine:
         self.ref = build.build_reference(cfg, self.model)  # re-synced after a warm start
         self.opt, self.sched = build.build_optimizer(cfg, self.model)
         self.pools = build.build_pool_set(cfg)  # the run's envs and workers, until `close`
+        self.services = RunServices()  # started on first use, until `close`
         try:
             self.pool = build.build_train_pool(cfg, pools=self.pools)
             # `algo.*` with the update's micro-batch token budget resolved, once the run's
@@ -245,7 +248,7 @@ class LocalEngine:
         with build.compute_dtype(c, self.model):
             res = rollout_step(
                 backend, self.tokenizer, self.pool, seeds=plan.seeds, rollout_cfg=plan.rollout,
-                cfg=c, split=c.env.train_split,
+                cfg=c, split=c.env.train_split, services=self.services,
             )  # fmt: skip
         return RolloutOutput(res.batch, res.trajectories, res.stats)
 
@@ -290,9 +293,8 @@ class LocalEngine:
     def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
         backend = self.generation_backend()
         with build.compute_dtype(self.cfg, self.model):
-            return evaluate_policy(
-                backend, self.tokenizer, self.cfg, num_episodes, pools=self.pools
-            )
+            return evaluate_policy(backend, self.tokenizer, self.cfg, num_episodes,
+                                   pools=self.pools, services=self.services)  # fmt: skip
 
     def generation_backend(self):
         """The generation backend rollouts and evaluations sample with, ready for a new
@@ -366,7 +368,10 @@ class LocalEngine:
             )
 
     def close(self) -> None:
-        self.pools.close()  # every pool of the run, then its worker processes
+        try:
+            self.services.close()  # the gateway first: no episode is left talking to it
+        finally:
+            self.pools.close()  # every pool of the run, then its worker processes
 
 
 ENGINES.register("ray", "arborl.distributed.engine:RayEngine")  # imported only when asked

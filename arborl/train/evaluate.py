@@ -26,14 +26,14 @@ from arborl.rollout.policies import make_lm_policy
 from arborl.train.build import build_pool_set
 from arborl.train.config import TrainConfig
 from arborl.train.failures import first_reason
-from arborl.train.rollout_modes import get_rollout_mode
+from arborl.train.rollout_modes import RunServices, get_rollout_mode, service_arg
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
 
 
 def evaluate_share(
     backend, tokenizer, cfg: TrainConfig, seeds: list[int], sample_seed: int,
-    pools: PoolSet | None = None,
+    pools: PoolSet | None = None, services: RunServices | None = None,
 ) -> dict:  # fmt: skip
     """One episode of each task in `seeds`, sampled at `eval.temperature` from
     `sample_seed`, in the run's `env.eval_split` and `env.pool_mode` (so a packaged env is
@@ -44,10 +44,11 @@ def evaluate_share(
     won / 0.0 lost, for `paired_gain`) and `sample`: the first `eval.save_episodes`
     trajectories (for the report). One engine worker's share of an evaluation;
     `summarize_eval` combines shares."""
-    own = get_rollout_mode(cfg.rollout.mode).evaluate_share
-    if own is not None:  # a mode whose episodes are not arborl's prompt loop (agent)
-        share = load_entry_point(own, f"rollout.mode={cfg.rollout.mode} evaluate_share")
-        return share(backend, tokenizer, cfg, seeds, sample_seed)
+    mode = get_rollout_mode(cfg.rollout.mode)
+    if mode.evaluate_share is not None:  # a mode whose episodes are not the prompt loop's
+        share = load_entry_point(mode.evaluate_share, f"rollout.mode={mode.name} evaluate_share")
+        run = service_arg(mode, services, backend, tokenizer, cfg)  # its run's gateway
+        return share(backend, tokenizer, cfg, seeds, sample_seed, pools, **run)
     n = len(seeds)
     ev, env = cfg.eval, cfg.env
     roll = replace(
@@ -138,11 +139,12 @@ def evaluate_policy(
     num_episodes: int | None = None,
     seeds: list[int] | None = None,
     pools: PoolSet | None = None,
+    services: RunServices | None = None,
 ) -> dict:
     """The held-out evaluation of the run `cfg` (`summarize_eval`'s names): one episode
     of each of `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`,
-    or of the task seeds `seeds` when given, on the run's `pools` when given; see
-    `evaluate_share` for what it reads."""
+    or of the task seeds `seeds` when given, on the run's `pools` and `services` when
+    given; see `evaluate_share` for what it reads."""
     if seeds is None:
         seeds = draw_seeds(num_episodes or cfg.eval.num_episodes, cfg.eval.seed)
     elif num_episodes is not None and num_episodes != len(seeds):
@@ -150,7 +152,7 @@ def evaluate_policy(
             f"evaluate_policy: num_episodes={num_episodes} but {len(seeds)} seeds were "
             "given; pass one or the other"
         )
-    share = evaluate_share(backend, tokenizer, cfg, list(seeds), cfg.eval.seed, pools)
+    share = evaluate_share(backend, tokenizer, cfg, list(seeds), cfg.eval.seed, pools, services)
     return summarize_eval([share], cfg.eval.save_episodes)
 
 

@@ -9,18 +9,21 @@ a mode's name. Its collect function has one signature,
     collect(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split) -> RolloutResult
 
 where `rollout_cfg` is the step's `RolloutConfig` (seeded for this step) and `cfg` the whole
-`TrainConfig`. The registry lives here, above both `arborl.rollout` and `arborl.search`, so
+`TrainConfig`, plus `service=` for a mode that declares a run-long `service` (the agent
+mode's gateway, held by the engine's `RunServices`). The registry lives here, above both `arborl.rollout` and `arborl.search`, so
 that neither has to know the other: `flat` is `arborl.rollout.run_rollout`, `tree` is
-`arborl.search.training.tree_rollout`, `agent` is `arborl.rollout.agents.run_agent_rollout`
-(a program you wrote, through the gateway). A new mode is one `register_rollout_mode`;
+`arborl.search.training.tree_rollout`, `program` (formerly `agent`) is
+`arborl.rollout.agents.run_agent_rollout` (your agent program, through the gateway). A new
+mode is one `register_rollout_mode`;
 outside arborl, an entry point in the `arborl.rollout_modes` group names its record.
 
     res = rollout_step(backend, tokenizer, pool, seeds=seeds, rollout_cfg=rollout_cfg, cfg=cfg,
-                       split=cfg.env.train_split)
+                       split=cfg.env.train_split, services=run_services)
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -57,6 +60,43 @@ class RolloutMode:
     check: Callable[[Any], None] | None = None
     """Extra config rules of the mode, `check(train_cfg)` raising `ValueError` (e.g. that
     its section names something to run)."""
+    former_names: tuple[str, ...] = ()
+    """Names the mode had before (still accepted, with a `FutureWarning` naming this one)."""
+    service: Callable[[Any, Any, Any], Any] | None = None
+    """A server the mode's episodes talk to for the whole run (the program mode's gateway):
+    `service(backend, tokenizer, train_cfg)` starts one (an object with `close()`). The
+    engine's `RunServices` starts it on the first rollout or evaluation, passes it to
+    `collect` and `evaluate_share` as `service=`, and closes it with the run's pools.
+    None: the mode needs none."""
+
+
+class RunServices:
+    """The rollout mode's run-long services (`RolloutMode.service`), owned by an engine as
+    its `PoolSet` is: each started on first use, kept, and closed by `close`."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[Any, Any]] = {}
+        """mode name -> (the backend it serves, the service)."""
+
+    def get(self, mode: RolloutMode, backend: Any, tokenizer: Any, cfg: Any) -> Any:
+        """`mode`'s service over `backend` (started now if it is not yet; one over another
+        backend, e.g. a restarted vLLM, is closed and replaced); None for a mode without."""
+        if mode.service is None:
+            return None
+        held = self._held.get(mode.name)
+        if held is not None and held[0] is backend:
+            return held[1]
+        if held is not None:
+            held[1].close()
+        service = mode.service(backend, tokenizer, cfg)
+        self._held[mode.name] = (backend, service)
+        return service
+
+    def close(self) -> None:
+        """Close every service (idempotent)."""
+        held, self._held = list(self._held.values()), {}
+        for _, service in held:
+            service.close()
 
 
 ROLLOUT_MODES: Registry[RolloutMode] = Registry(
@@ -84,7 +124,12 @@ def register_rollout_mode(record: RolloutMode) -> RolloutMode:
 
 
 def get_rollout_mode(name: str) -> RolloutMode:
-    """The record of `rollout.mode=name` (an unknown name lists the known ones)."""
+    """The record of `rollout.mode=name`, or of the mode that once had that name (an
+    unknown name lists the known ones)."""
+    if name not in ROLLOUT_MODES:
+        renamed = [ROLLOUT_MODES[n] for n in ROLLOUT_MODES if name in _former(ROLLOUT_MODES[n])]
+        if renamed:
+            return renamed[0]
     record = ROLLOUT_MODES.get(name)
     if not isinstance(record, RolloutMode):
         raise ValueError(
@@ -93,6 +138,10 @@ def get_rollout_mode(name: str) -> RolloutMode:
             "`register_rollout_mode` and name that"
         )
     return record
+
+
+def _former(record: Any) -> tuple[str, ...]:
+    return record.former_names if isinstance(record, RolloutMode) else ()
 
 
 def _flat(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
@@ -110,21 +159,27 @@ def _tree(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
     return grow(backend, tokenizer, pool, seeds, rollout_cfg, cfg.search, cfg.agent, split=split)
 
 
-def _agent(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str):
+def _program(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split: str, service=None):
     """Episodes of the `agent_program` section's program, each talking to the policy
-    through the training gateway (`arborl.rollout.agents`); every model call it made is one
-    step-view row, token-exact. Held-out evaluation runs the program too."""
+    through the run's gateway (`service`; `arborl.rollout.agents`); every model call it
+    made is one step-view row, token-exact. Held-out evaluation runs the program too."""
     from arborl.rollout.agents import run_agent_rollout
 
-    return run_agent_rollout(
-        backend, tokenizer, pool, seeds, rollout_cfg, cfg.agent_program, split, cfg.env.id
-    )
+    return run_agent_rollout(backend, tokenizer, pool, seeds, rollout_cfg, cfg.agent_program,
+                             split, cfg.env.id, gateway=service)  # fmt: skip
+
+
+def _gateway(backend, tokenizer, cfg):
+    """The run's gateway (`arborl.rollout.agents.start_gateway`), serving `backend`."""
+    from arborl.rollout.agents import start_gateway
+
+    return start_gateway(backend, tokenizer, cfg.agent_program)
 
 
 def _program_given(cfg: Any) -> None:
     if not cfg.agent_program.given:
         raise ValueError(
-            "rollout.mode=agent runs an agent program you wrote, but none is set: give "
+            "rollout.mode=program runs an agent program you wrote, but none is set: give "
             "agent_program.fn=package.module:function or agent_program.command='python "
             "my_agent.py' (docs/agents.md)"
         )
@@ -136,13 +191,15 @@ register_rollout_mode(
 )
 register_rollout_mode(
     RolloutMode(
-        "agent",
-        _agent,
+        "program",
+        _program,
         "arborl.train.agent_eval:evaluate_agent_share",
         views=("step",),
         section="agent_program",
         needs_action=("supports_programs",),
         check=_program_given,
+        former_names=("agent",),
+        service=_gateway,
     )
 )
 
@@ -151,6 +208,10 @@ def check_rollout_mode(rollout_cfg: Any, prefix: str = "rollout") -> RolloutMode
     """The record of `rollout_cfg.mode`; raise `ValueError` if the mode cannot produce
     `rollout_cfg.view` or cannot run `rollout_cfg.async_envs`."""
     mode = get_rollout_mode(rollout_cfg.mode)
+    if mode.name != rollout_cfg.mode:  # a former name: the config says the current one
+        warnings.warn(f"{prefix}.mode={rollout_cfg.mode} is now {prefix}.mode={mode.name}; "
+                      "the old name will go", FutureWarning, stacklevel=2)  # fmt: skip
+        rollout_cfg.mode = mode.name
     if rollout_cfg.async_envs and not mode.async_envs:
         able = [n for n in ROLLOUT_MODES.names() if get_rollout_mode(n).async_envs]
         raise ValueError(
@@ -194,12 +255,23 @@ def rollout_step(
     rollout_cfg: Any,
     cfg: Any,
     split: str,
+    services: RunServices | None = None,
 ) -> Any:
     """One RL step's rollout in mode `cfg.rollout.mode`: a `RolloutResult`. The mode's
     collect function takes the same arguments positionally; here they are named, since
     four of them would read alike at a call.
 
     rollout_cfg: the step's `RolloutConfig` (e.g. `replace(cfg.rollout, seed=step_seed)`);
-    cfg: the `TrainConfig`; split: the env split the tasks come from."""
-    collect = get_rollout_mode(cfg.rollout.mode).collect
-    return collect(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split)
+    cfg: the `TrainConfig`; split: the env split the tasks come from; services: the run's
+    (a mode with a `service` gets it as `service=`; None: the mode starts its own)."""
+    mode = get_rollout_mode(cfg.rollout.mode)
+    return mode.collect(backend, tokenizer, pool, seeds, rollout_cfg, cfg, split,
+                        **service_arg(mode, services, backend, tokenizer, cfg))  # fmt: skip
+
+
+def service_arg(mode: RolloutMode, services: RunServices | None, backend, tokenizer, cfg) -> dict:
+    """`{"service": ...}` for a mode that declares one and a run that holds `services`,
+    else `{}` (so a mode without a service keeps its plain signature)."""
+    if services is None or mode.service is None:
+        return {}
+    return {"service": services.get(mode, backend, tokenizer, cfg)}

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = [
-    "env.id=arborl/ToolQA-v0", "rollout.mode=agent", "model.name_or_path=tiny-0.1m",
+    "env.id=arborl/ToolQA-v0", "rollout.mode=program", "model.name_or_path=tiny-0.1m",
     "sft.enabled=false", "rollout.num_tasks=1", "rollout.group_size=2",
     "rollout.max_new_tokens=4", "eval.num_episodes=1", "trainer.total_steps=1",
     "trainer.progress=false", "trainer.plots=false", "trainer.num_threads=1",

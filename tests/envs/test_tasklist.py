@@ -67,7 +67,7 @@ def test_agent_mode_on_a_task_file(task_file, tmp_path, capsys):
 
     out = tmp_path / "runs"
     code = main([
-        "train", "rollout.mode=agent", "env.id=arborl/Tasks-v0", f"env.kwargs.path={task_file}",
+        "train", "rollout.mode=program", "env.id=arborl/Tasks-v0", f"env.kwargs.path={task_file}",
         "agent_program.fn=tests.envs._task_agent:lookup_agent", "model.name_or_path=tiny-0.1m",
         "sft.enabled=false", "rollout.num_tasks=2", "rollout.group_size=2",
         "rollout.max_new_tokens=4", "eval.num_episodes=2", "trainer.total_steps=1",

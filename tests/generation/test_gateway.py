@@ -44,22 +44,22 @@ def test_records_are_token_exact(tiny_gateway):
         messages += [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": "more"}]  # fmt: skip
     calls = gw.close_session(s.id)
-    assert [c["call"] for c in calls] == [0, 1] and calls[0]["session"] == s.id
+    assert [c.call for c in calls] == [0, 1] and calls[0].session == s.id
     for call, upto in zip(calls, (1, 3)):
         text = render_chat(tok, messages[:upto], None)
-        assert call["prompt_ids"] == [tok.encode(text, add_special_tokens=False)]
-        assert call["sampling"]["temperature"] == 1.0  # the trainer's, not the agent's 0.2
-        assert call["sampling"]["max_tokens"] <= 12
-        (choice,) = call["choices"]
-        assert len(choice["response_ids"]) == len(choice["logprobs"]) <= 12
+        assert call.prompt_ids == [tok.encode(text, add_special_tokens=False)]
+        assert call.sampling["temperature"] == 1.0  # the trainer's, not the agent's 0.2
+        assert call.sampling["max_tokens"] <= 12
+        (choice,) = call.choices
+        assert len(choice.response_ids) == len(choice.logprobs) <= 12
         # the same prompt ids and row seeds give the same ids and logprobs in-process
-        seeds = call["sampling"]["row_seeds"]
+        seeds = call.sampling["row_seeds"]
         params = SamplingParams(max_new_tokens=12, temperature=1.0, row_seeds=seeds)
-        again = HFBackend(model, tok).generate(call["prompt_ids"], params)[0]
-        assert again.token_ids == choice["response_ids"]
-        torch.testing.assert_close(torch.tensor(again.logprobs), torch.tensor(choice["logprobs"]))
-        assert choice["finish_reason"] in ("stop", "length")
-    assert messages[1]["content"] == calls[0]["choices"][0]["content"]
+        again = HFBackend(model, tok).generate(call.prompt_ids, params)[0]
+        assert again.token_ids == choice.response_ids
+        torch.testing.assert_close(torch.tensor(again.logprobs), torch.tensor(choice.logprobs))
+        assert choice.finish_reason in ("stop", "length")
+    assert messages[1]["content"] == calls[0].choices[0].content
 
 
 def test_weight_version_moves_with_the_weights(tiny_gateway):
@@ -71,7 +71,7 @@ def test_weight_version_moves_with_the_weights(tiny_gateway):
     with torch.no_grad():
         p.add_(0.0)  # an in-place write, as an optimizer step makes
     client.chat.completions.create(model="policy", messages=HI, max_tokens=2)
-    v0, v1 = (c["weight_version"] for c in gw.close_session(s.id))
+    v0, v1 = (c.weight_version for c in gw.close_session(s.id))
     assert v1 == v0 + 1
 
 
@@ -133,11 +133,11 @@ def test_tool_calls_and_failed_parses_are_recorded():
         client = _client(s)
         for _ in range(3):
             client.chat.completions.create(model="policy", messages=HI, tools=[ADD])
-        ok, bad, plain = (c["choices"][0] for c in gw.close_session(s.id))
-    assert ok["tool_calls"][0]["function"]["name"] == "add" and ok["tool_call_error"] is None
-    assert bad["tool_calls"] == [] and "not JSON" in bad["tool_call_error"]
-    assert bad["content"] == '<tool_call>{"name": "add"'
-    assert plain["tool_call_error"] is None and plain["logprobs"] == [LOGP] * 2
+        ok, bad, plain = (c.choices[0] for c in gw.close_session(s.id))
+    assert ok.tool_calls[0]["function"]["name"] == "add" and ok.tool_call_error is None
+    assert bad.tool_calls == [] and "not JSON" in bad.tool_call_error
+    assert bad.content == '<tool_call>{"name": "add"'
+    assert plain.tool_call_error is None and plain.logprobs == [LOGP] * 2
 
 
 def test_standalone_records_to_files(tmp_path, served_policy):

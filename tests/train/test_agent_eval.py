@@ -15,7 +15,7 @@ from arborl.train.config import load_train_config
 @pytest.mark.fault("out-of-range reward")
 def test_nan_rewards_are_env_errors_in_the_evaluation(tmp_path):
     cfg = load_train_config([
-        "env.id=arborl/ToolQA-v0", "model.name_or_path=tiny-0.1m", "rollout.mode=agent",
+        "env.id=arborl/ToolQA-v0", "model.name_or_path=tiny-0.1m", "rollout.mode=program",
         "agent_program.fn=tests.rollout._agents:nan_agent", "rollout.max_new_tokens=4",
         f"trainer.output_dir={tmp_path}",
     ])  # fmt: skip

@@ -12,16 +12,17 @@ from arborl.train.rollout_modes import (
     ROLLOUT_MODES,
     RolloutMode,
     check_rollout_mode,
+    get_rollout_mode,
     register_rollout_mode,
     rollout_step,
 )
 
 
 def test_modes_and_config_checks():
-    assert ROLLOUT_MODES.names() == ["agent", "flat", "tree"]
+    assert ROLLOUT_MODES.names() == ["flat", "program", "tree"]
     cfg = load_train_config(["rollout.mode=tree", "search.algo=mcts", "search.budget=5"])
     assert (cfg.search.algo, cfg.search.budget, cfg.search.tree_adv) == ("mcts", 5, "mc_sibling")
-    with pytest.raises(ValueError, match=r"rollout.mode='tre' is not one of: agent, flat, tree"):
+    with pytest.raises(ValueError, match=r"rollout.mode='tre' is not one of: flat, program, tree"):
         load_train_config(["rollout.mode=tre"])
     with pytest.raises(ValueError, match=r"rollout.mode='tree' needs view in \['step'\]"):
         check_rollout_mode(replace(cfg.rollout, view="episode"))
@@ -79,8 +80,18 @@ def test_train_pool_builds_envs_with_the_rollouts_turn_limit():
             pool.close()
 
 
+def test_the_agent_programs_mode_is_program_and_its_former_name_still_loads():
+    """Issue 46 #3: `agent` named the prompt layer, the user's program and this mode; the
+    mode is `program` now. Configs that say `agent` keep working, told the new name."""
+    sets = ["env.id=arborl/ToolQA-v0", "agent_program.fn=m:f"]
+    with pytest.warns(FutureWarning, match=r"rollout.mode=agent is now rollout.mode=program"):
+        cfg = load_train_config([*sets, "rollout.mode=agent"])
+    assert cfg.rollout.mode == "program"  # what the run's config.yaml and logs say
+    assert get_rollout_mode("agent") is get_rollout_mode("program")
+
+
 def test_the_records_declare_what_the_modes_did_by_name_and_attribute():
-    flat, tree, agent = (ROLLOUT_MODES.get(n) for n in ("flat", "tree", "agent"))
+    flat, tree, agent = (ROLLOUT_MODES.get(n) for n in ("flat", "tree", "program"))
     assert (flat.async_envs, tree.async_envs, agent.async_envs) == (True, False, False)
     assert (flat.views, tree.views, agent.views) == (("step", "episode"), ("step",), ("step",))
     assert (flat.section, tree.section, agent.section) == (None, "search", "agent_program")
@@ -91,7 +102,7 @@ def test_the_records_declare_what_the_modes_did_by_name_and_attribute():
 def test_an_action_mode_without_a_capability_the_rollout_mode_needs_fails_at_load():
     """Before: a check of the names `score` and `flat` (train/config.py), whose message did
     not name the capability; now the records are asked and the error lists the fixes."""
-    for mode, capability in [("tree", "supports_tree"), ("agent", "supports_programs")]:
+    for mode, capability in [("tree", "supports_tree"), ("program", "supports_programs")]:
         sets = [f"rollout.mode={mode}", "agent.action_mode=score", "agent_program.fn=m:f"]
         with pytest.raises(ConfigError) as e:
             load_train_config(sets)
@@ -101,8 +112,8 @@ def test_an_action_mode_without_a_capability_the_rollout_mode_needs_fails_at_loa
             "or rollout.mode to one of ['flat']"
         )
     assert load_train_config(["agent.action_mode=score"]).agent.action_mode == "score"
-    with pytest.raises(ConfigError, match=r"rollout.mode=agent runs an agent program you"):
-        load_train_config(["rollout.mode=agent"])  # the agent mode's own check
+    with pytest.raises(ConfigError, match=r"rollout.mode=program runs an agent program you"):
+        load_train_config(["rollout.mode=program"])  # the agent mode's own check
     with pytest.raises(ValueError, match=r"needs_action=\['supports_trees'\] are not ActionMode"):
         register_rollout_mode(RolloutMode("typo", print, needs_action=("supports_trees",)))
     assert "typo" not in ROLLOUT_MODES

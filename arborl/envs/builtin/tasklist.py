@@ -12,7 +12,7 @@ the prompt) names the task; `split` (train, val or test, optional) holds tasks o
 file whose rows name no split uses every row in every split, and then the "held-out"
 evaluation runs the training tasks (say so where you report it).
 
-Meant for `rollout.mode=agent` (docs/agents.md, "Your own tasks"): the agent program gets
+Meant for `rollout.mode=program` (docs/agents.md, "Your own tasks"): the agent program gets
 the row as `task["data"]`, and its reward is its own (a number), `agent_program.reward`'s,
 or this env's exact match of the answer string it returns: the answer and `answer`,
 stripped, case- and whitespace-folded, are equal, or both parse as the same number;
@@ -21,7 +21,7 @@ reward 1 and won, else 0. One answer ends the episode; a reply that is no answer
 an invalid action. Its "oracle" only reads `answer`, and free text has no action space, so
 the env registers `baselines=False`: no random or oracle line in the report.
 
-    arborl train rollout.mode=agent env.id=arborl/Tasks-v0 env.kwargs.path=my_tasks.jsonl \\
+    arborl train rollout.mode=program env.id=arborl/Tasks-v0 env.kwargs.path=my_tasks.jsonl \\
       agent_program.fn=my_agent:run ...
 """
 
