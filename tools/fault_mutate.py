@@ -28,6 +28,7 @@ import argparse
 import ast
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     tests = scenario_tests(ROOT)
     outcomes: list[tuple[Mutation, Outcome]] = []
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="arborl-mutate-") as tmp:
-        work = Path(tempfile.mkdtemp(prefix="arborl-mutate-")) if args.keep else Path(tmp)
+    work = Path(tempfile.mkdtemp(prefix="arborl-mutate-"))
+    try:
         for k, m in enumerate(chosen, 1):
             print(f"[{k}/{len(chosen)}] {m.scenario}: without '{m.protection}' ({m.path}), "
                   f"{len(tests.get(m.scenario, []))} test ids ...", flush=True)  # fmt: skip
@@ -264,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{time.monotonic() - start:.0f} s in all)", flush=True)  # fmt: skip
             for name in outcome.failed[:5]:
                 print(f"        failed: {name}")
+    finally:
         if args.keep:
             print(f"copies and logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return report(outcomes, names)
 
 

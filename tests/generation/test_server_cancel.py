@@ -10,21 +10,17 @@ generation has ended; it must have ended `disconnected`, never `finished`."""
 
 from __future__ import annotations
 
-import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from arborl.generation import HFBackend
 from arborl.generation.server import create_app
-from arborl.serving.cancel import Cancelled
 from tests.generation.conftest import API_KEY
+from tests.serving._hang_up import Spy, hang_up_once_started
 from tests.serving._openapi_fuzz import serve_in_thread
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -35,54 +31,22 @@ BIG = {"prompt": ["hi", "hi"], "max_tokens": 1000, "n": 128, "temperature": 0}
 SMALL = {"prompt": "hi", "max_tokens": 2}
 
 
-class SpyBackend(HFBackend):
-    """The real backend, recording when a generation starts and how each one ended:
-    'finished', or the `Cancelled` reason ('disconnected', 'deadline')."""
-
-    def __init__(self, *args, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.started = threading.Event()
-        self.ends: list[str] = []
-
-    def generate(self, prompts, params):
-        self.started.set()
-        try:
-            out = super().generate(prompts, params)
-        except Cancelled as e:
-            self.ends.append(e.reason)
-            raise
-        self.ends.append("finished")
-        return out
-
-
 @dataclass
 class Served:
     url: str
-    spy: SpyBackend
+    spy: Spy
+    """On the backend's `generate`: how each generation ended."""
 
     def post(self, body: dict, timeout: float, path: str = "completions") -> httpx.Response:
         return httpx.post(f"{self.url}/v1/{path}", json=body, headers=AUTH, timeout=timeout)
 
-    def hang_up_once_generating(self, body: dict, path: str = "completions") -> None:
-        """Send `body` on a raw socket and close it as soon as the model starts on it."""
-        self.spy.started.clear()
-        self.spy.ends.clear()
-        where = urlsplit(self.url)
-        data = json.dumps(body).encode()
-        head = (f"POST /v1/{path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
-                f"Authorization: {AUTH['Authorization']}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(data)}\r\n\r\n")  # fmt: skip
-        with socket.create_connection((where.hostname, where.port), timeout=30) as s:
-            s.sendall(head.encode() + data)
-            assert self.spy.started.wait(120), "the server never started the generation"
-
 
 def _serve(policy, **kw) -> Iterator[Served]:
     model, tok = policy
-    spy = SpyBackend(model, tok)
-    app = create_app(spy, tok, "tiny-0.1m", api_key=API_KEY, **kw)
+    backend = HFBackend(model, tok)
+    app = create_app(backend, tok, "tiny-0.1m", api_key=API_KEY, **kw)
     with serve_in_thread(app) as url:
-        served = Served(url, spy)
+        served = Served(url, Spy(backend, "generate"))
         assert served.post(SMALL, timeout=120).status_code == 200  # warm up (the first is slow)
         yield served
 
@@ -103,7 +67,7 @@ def test_a_client_that_disconnects_frees_the_model(served, path):
     body = dict(BIG)
     if path == "chat/completions":
         body["messages"] = [{"role": "user", "content": body.pop("prompt")[0]}]
-    served.hang_up_once_generating(body, path)
+    hang_up_once_started(served.url, f"/v1/{path}", body, API_KEY, served.spy)
     t0 = time.monotonic()
     r = served.post(SMALL, timeout=600)  # queued behind the abandoned generation
     waited = time.monotonic() - t0
@@ -117,7 +81,7 @@ def test_a_client_that_disconnects_frees_the_model(served, path):
 
 @pytest.mark.fault("abandoned client")
 def test_a_request_over_the_deadline_is_504_naming_the_limit(served_1s):
-    served_1s.spy.ends.clear()
+    served_1s.spy.reset()
     r = served_1s.post(BIG, timeout=600)
     assert r.status_code == 504, r.text[:300]
     assert served_1s.spy.ends == ["deadline"]
