@@ -63,9 +63,10 @@ test-faults: $(STAMP)
 	$(BIN)/python -m pytest -q -m fault
 
 # The fault suite's strength: each scenario's protection removed in a throwaway copy of HEAD
-# (tools/fault_mutations.py), its tests must fail; ends with "fault mutations: N/M scenarios
-# held, each shown to catch its regression". All of them take about an hour on 2 cores;
-# MUTATE_ARGS picks some, e.g. MUTATE_ARGS='--max-cost 30' or MUTATE_ARGS='--scenario "NaN rewards"'.
+# (tools/fault_mutations.py); its tests must fail. Ends with "fault mutations: N/M scenarios
+# held, each shown to catch its regression". All of them: an hour or more on 2 cores (an
+# estimate: their tests pass in ~30 min, and a mutated run can take longer). MUTATE_ARGS
+# picks some: MUTATE_ARGS='--max-cost 30', or MUTATE_ARGS='--scenario "NaN rewards"'.
 MUTATE_ARGS ?=
 test-faults-mutate: $(STAMP)
 	$(BIN)/python tools/fault_mutate.py $(MUTATE_ARGS)

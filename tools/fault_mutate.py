@@ -16,7 +16,7 @@ It ends with "fault mutations: N/M scenarios held, each shown to catch its regre
 or names each mutation that was NOT caught. Exit status 0 when every mutation run was
 caught (a scenario skipped for a missing need is listed with the reason), 1 otherwise.
 
-    python tools/fault_mutate.py                       # all scenarios (about an hour)
+    python tools/fault_mutate.py                       # all (an hour or more on 2 cores)
     python tools/fault_mutate.py --max-cost 30         # those whose tests take < 30 s
     python tools/fault_mutate.py --scenario "NaN rewards" --scenario "failed request"
     python tools/fault_mutate.py --list                # the table, no runs
@@ -164,14 +164,16 @@ class Outcome:
 
 
 def _junit(path: Path) -> tuple[list[str], list[str], list[str]]:
-    """(passed, failed, skip reasons) of a JUnit XML report."""
+    """(passed, failed with their messages, skip reasons) of a JUnit XML report."""
     passed, failed, skipped = [], [], []
     if not path.is_file():
         return passed, failed, skipped
     for case in ET.parse(path).getroot().iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed.append(name)
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            why = (bad.get("message") or "").replace("\n", " ")
+            failed.append(f"{name}: {why[:160]}")
         elif (skip := case.find("skipped")) is not None:
             skipped.append(skip.get("message", "skipped"))
         else:
