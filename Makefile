@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.arborl-installed
 
-.PHONY: install demo demo-maze test test-slow test-all test-faults lint bench clean vllm
+.PHONY: install demo demo-maze test test-slow test-all test-faults test-faults-mutate lint bench clean vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -61,6 +61,15 @@ test-all: $(STAMP)
 # The standing fault suite alone (make test runs it too); ends with "fault suite: N/M scenarios held".
 test-faults: $(STAMP)
 	$(BIN)/python -m pytest -q -m fault
+
+# The fault suite's strength: each scenario's protection removed in a throwaway copy of HEAD
+# (tools/fault_mutations.py); its tests must fail. Ends with "fault mutations: N/M scenarios
+# held, each shown to catch its regression". All of them: an hour or more on 2 cores (an
+# estimate: their tests pass in ~30 min, and a mutated run can take longer). MUTATE_ARGS
+# picks some: MUTATE_ARGS='--max-cost 30', or MUTATE_ARGS='--scenario "NaN rewards"'.
+MUTATE_ARGS ?=
+test-faults-mutate: $(STAMP)
+	$(BIN)/python tools/fault_mutate.py $(MUTATE_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -53,18 +53,31 @@ def starts(monkeypatch):
 # Tests marked `@pytest.mark.fault("<scenario>", ...)` are the fault scenarios of the
 # reliability reviews (../shared/research/reliability-review-2.md), wherever the code they
 # test lives; `pytest -m fault` runs just them, and every run that includes some ends with
-# "fault suite: N/M scenarios held". docs/security.md, "What we test", lists them.
+# "fault suite: N/M scenarios held". docs/security.md, "What we test", lists them. Each
+# text names the protection its tests guard; tools/fault_mutations.py holds the edit that
+# removes it, and `make test-faults-mutate` checks the tests then fail.
 FAULT_SCENARIOS = {
-    "kill -9 during a save": "a torn checkpoint is never resumed from; resume is bit-exact",
-    "kill -9 of the trainer": "trainer.resume=auto continues bit-exactly, no step twice",
-    "corrupt newest checkpoint": "skipped with the reason, the older one resumed; no code run",
-    "hanging env": "the call times out, only its episode ends, counted",
-    "raising env": "only its episode ends, counted, never trained on; a budget stops the run",
-    "NaN rewards": "the episode is an env error, never trained on; metrics and report readable",
-    "abandoned client": "a client that hangs up or idles frees the server for the next one",
-    "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no lock",
-    "killed worker": "a kill -9'd worker is replaced and only its own work is redone",
-    "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole",
+    "kill -9 during a save": "a torn checkpoint is never resumed from; resume is bit-exact "
+    "(protection: a save is written to .tmp-step-N and renamed after its manifest)",
+    "kill -9 of the trainer": "trainer.resume=auto continues bit-exactly, no step twice "
+    "(protection: a checkpoint holds the whole trainer state, optimizer and RNGs included)",
+    "corrupt newest checkpoint": "skipped with the reason, the older one resumed; no code run "
+    "(protection: resume verifies the manifest's sizes and SHA-256; weights_only loads)",
+    "hanging env": "the call times out, only its episode ends, counted "
+    "(protection: every env call is bounded by the pool's timeout_s)",
+    "raising env": "only its episode ends, counted, never trained on; a budget stops the run "
+    "(protection: failed calls are counted against env.max_env_errors)",
+    "NaN rewards": "the episode is an env error, never trained on; metrics and report readable "
+    "(protection: train.rows.nonfinite_reward_episodes)",
+    "abandoned client": "a client that hangs up or idles frees the server for the next one "
+    "(protection: serving.cancel.run_request's disconnect poll and its cancelled-handler "
+    "path, each alone; the per-request deadline)",
+    "duplicate run": "a second trainer on one run folder is refused; a killed one leaves no "
+    "lock (protection: an exclusive flock on the run folder's .lock)",
+    "killed worker": "a kill -9'd worker is replaced and only its own work is redone "
+    "(protection: a dead worker is restarted before its next call)",
+    "node loss": "a lost Ray node's workers are re-placed, its share re-run once and whole "
+    "(protection: the replacement goes to a live node)",
     "async agent ignores its deadline": "the parent stops waiting at timeout_s (daemon "
     "thread, own loop, cancelled from outside): a counted timeout; the run never hangs",
     "agent leaves children": "a command agent's process group is killed when its main "
@@ -73,10 +86,12 @@ FAULT_SCENARIOS = {
     "out-of-range reward": "one check (data.reward_check) at every entry: a reward past "
     "float, not finite or past 1e6 is a counted env error, in training and evaluation",
     "SIGTERM/SIGINT stop": "the step in progress finishes and is saved, run.log says where "
-    "it stopped, workers exit with it; resume=auto continues bit-exactly",
+    "it stopped, workers exit with it; resume=auto continues bit-exactly (protection: "
+    "train.stop.StopSignals' handlers)",
     "concurrent compare": "a second compare on one --out is refused naming the first's pid; "
-    "the first's results are left alone",
-    "failed request": "a call that fails after admission frees its in-flight slot; no 503 after",
+    "the first's results are left alone (protection: a flock on <out>/.compare.lock)",
+    "failed request": "a call that fails after admission frees its in-flight slot; no 503 "
+    "after (protection: the slot is a context manager, generation.served.Slot)",
 }
 _fault_outcomes: dict[str, tuple[tuple[str, ...], str]] = {}
 
