@@ -6,7 +6,7 @@ default: "What is the code of blue?", a per-task hidden table read by the agent'
 27 + 45?", `bench/EasyCalc-v0`). The agent is written with the Agents SDK and run
 unmodified against arborl's gateway.
 
-1. **SFT start** (`arborl.train.agent_sft`): the agent runs on `--sft-demos` train tasks
+1. **SFT start** (`bench/agent_sft.py`): the agent runs on `--sft-demos` train tasks
    against a gateway whose model is a script (the task's demonstrator: the right tool call,
    then the tool's result); the recorded (prompt ids, response ids) of each call are the
    SFT rows, so the policy learns the tool-calling format on exactly the prompts the
@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from agent_sft import record_agent_demos
 from common import RESULTS_DIR, machine_info, write_json
 
 import arborl.envs
@@ -52,7 +53,6 @@ from arborl.grid.compare import CompareConfig, run_grid
 from arborl.registry import load_entry_point
 from arborl.rollout import draw_seeds
 from arborl.rollout.agents import agent_tasks
-from arborl.train.agent_sft import record_agent_demos
 from arborl.train.config import load_train_config
 from arborl.train.sft import SFTExample, run_sft
 
