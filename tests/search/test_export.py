@@ -8,8 +8,20 @@ import math
 import pytest
 import torch
 
+from arborl.rollout.batching import build_step_batch
 from arborl.search import Node, SearchTree
-from arborl.search.export import node_values, tree_advantages, trees_to_batch
+from arborl.search.export import node_values, tree_advantages, tree_episodes
+
+
+def trees_to_batch(trees, pad_token_id, mode="mc_value"):
+    """The step-layout Batch of the trees' episodes, `adv` = each row's node advantage."""
+    episodes = tree_episodes(trees, mode)
+    if not episodes:
+        raise ValueError("the trees have no non-root nodes: nothing to train on")
+    batch = build_step_batch(episodes, pad_token_id)
+    batch["adv"] = batch.tensors["step_reward"].clone()
+    batch["node_value"] = torch.tensor([ep.turns[0].info["node_value"] for ep in episodes])
+    return batch
 
 
 def hand_tree() -> SearchTree:
