@@ -181,4 +181,4 @@ def test_tree_rollout_rows_are_sibling_normalised():
     for rewards in groups.values():  # mc_sibling: z-scores within each sibling group
         assert sum(rewards) == pytest.approx(0.0, abs=1e-5)
     assert set(b.meta["traj_id"]) == {f"tree{t}-n{i}" for t in (0, 1) for i in range(1, 11)}
-    assert res.stats["episodes"] == 2.0 and 0.0 <= res.stats["success_rate"] <= 1.0
+    assert res.stats["episodes"] == 2.0 and 0.0 <= res.stats["success"] <= 1.0
