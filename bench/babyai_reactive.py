@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                                   seed=args.seed, pool_mode="subprocess")  # fmt: skip
         s = result.stats
         rows.append({
-            "policy": policy.name, "success": s["success_rate"], "success_lo": s["success_lo"],
+            "policy": policy.name, "success": s["success"], "success_lo": s["success_lo"],
             "success_hi": s["success_hi"], "mean_turns": s["mean_turns"], "episodes": s["episodes"],
         })  # fmt: skip
     print(f"{args.env}, {args.episodes} held-out tasks (test split, seed {args.seed}), 64 turns")

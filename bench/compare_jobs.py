@@ -45,7 +45,7 @@ def numbers(result: dict) -> list:
 def timed_grid(args: argparse.Namespace, jobs: int, out: Path) -> tuple[float, dict]:
     """(wall seconds, comparison) of the grid run into `out` with `jobs` cells at once."""
     from arborl.config import from_dict
-    from arborl.train.compare import CompareConfig, run_grid
+    from arborl.grid.compare import CompareConfig, run_grid
 
     cfg = from_dict(CompareConfig, grid_keys(args, out), prefix="bench.")
     t0 = time.perf_counter()

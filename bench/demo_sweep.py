@@ -32,7 +32,7 @@ from pathlib import Path
 from common import RESULTS_DIR, format_table, machine_info, write_json
 
 from arborl.config import from_dict, to_dict
-from arborl.train.compare import CompareConfig, run_grid
+from arborl.grid.compare import CompareConfig, run_grid
 from arborl.train.config import load_train_config
 from arborl.train.runlog import read_metrics
 

@@ -2,7 +2,7 @@
 
 Two tasks, each an env (registered by the bench), an OpenAI Agents SDK agent run unmodified
 against arborl's gateway (its final output goes to the env as `answer[...]`, so the env
-grades it) and a demonstrator for the SFT start (`arborl.train.agent_sft`), which reads the
+grades it) and a demonstrator for the SFT start (`bench/agent_sft.py`), which reads the
 prompt the gateway rendered and writes what a good policy would: the right `<tool_call>`,
 then, once a `<tool_response>` is there, the tool's result.
 

@@ -6,7 +6,7 @@ default: "What is the code of blue?", a per-task hidden table read by the agent'
 27 + 45?", `bench/EasyCalc-v0`). The agent is written with the Agents SDK and run
 unmodified against arborl's gateway.
 
-1. **SFT start** (`arborl.train.agent_sft`): the agent runs on `--sft-demos` train tasks
+1. **SFT start** (`bench/agent_sft.py`): the agent runs on `--sft-demos` train tasks
    against a gateway whose model is a script (the task's demonstrator: the right tool call,
    then the tool's result); the recorded (prompt ids, response ids) of each call are the
    SFT rows, so the policy learns the tool-calling format on exactly the prompts the
@@ -19,7 +19,7 @@ unmodified against arborl's gateway.
    held-out tasks (test split, `eval.seed` fixed) with the same sampling seed, so the gain
    is paired per task; `summary.json`'s `gain` is its mean with a paired 95% interval, and
    with several `--seeds` the grid adds the t interval over seeds. Stats, tables and
-   resuming are the library's (`arborl.train.compare`, `arborl.report.compare`).
+   resuming are the library's (`arborl.grid.compare`, `arborl.report.compare`).
 
     python bench/gateway_learning.py                 # the documented run (docs/BENCHMARKS.md)
     python bench/gateway_learning.py --algo grpo     # the same with GRPO
@@ -43,16 +43,16 @@ from pathlib import Path
 
 import torch
 import transformers
+from agent_sft import record_agent_demos
 from common import RESULTS_DIR, machine_info, write_json
 
 import arborl.envs
 from arborl.config import from_dict
 from arborl.envs import make_pool
+from arborl.grid.compare import CompareConfig, run_grid
 from arborl.registry import load_entry_point
 from arborl.rollout import draw_seeds
 from arborl.rollout.agents import agent_tasks
-from arborl.train.agent_sft import record_agent_demos
-from arborl.train.compare import CompareConfig, run_grid
 from arborl.train.config import load_train_config
 from arborl.train.sft import SFTExample, run_sft
 

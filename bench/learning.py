@@ -1,6 +1,6 @@
 """Learning benchmark: PPO, GRPO and GiGPO from the same SFT start at the same env-step budget.
 
-Per env, one `arborl compare` grid (`arborl.train.compare`): the algorithms are its arms,
+Per env, one `arborl compare` grid (`arborl.grid.compare`): the algorithms are its arms,
 and for every seed one SFT warm start (`arborl sft`, oracle demos of the train split) is
 the policy each algorithm of that seed starts RL from (`sft.enabled=false`; PPO builds
 its critic from the same directory), until `trainer.max_env_steps` environment steps were
@@ -45,7 +45,7 @@ import transformers
 from common import RESULTS_DIR, machine_info, write_json
 
 from arborl.config import from_dict
-from arborl.train.compare import CompareConfig, run_grid
+from arborl.grid.compare import CompareConfig, run_grid
 
 ALGOS = ("ppo", "grpo", "gigpo")
 ENV_SETS: dict[str, list[str]] = {

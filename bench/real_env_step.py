@@ -197,7 +197,7 @@ def rl_steps(trainer: RLTrainer, num_steps: int) -> list[dict]:
 
 def evaluation(trainer: RLTrainer, num_episodes: int) -> dict:
     ev, t = timed(trainer.engine.evaluate, num_episodes)
-    t.update(success=ev["success"], mean_turns=ev.get("mean_turns", 0.0))
+    t.update(success=ev.success, mean_turns=ev.means.get("mean_turns", 0.0))
     t["load1"] = os.getloadavg()[0]
     print(f"  eval {num_episodes}: {t['total']:.1f} s (env {t['env']:.1f}, policy "
           f"{t['policy']:.1f}), success {t['success']:.3f}, turns {t['mean_turns']:.1f}, "

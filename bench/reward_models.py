@@ -114,7 +114,7 @@ def phase_data(work: Path, p: dict, policy_dir: Path) -> dict:
         write_trajectories(work / f"{split}_trajectories.jsonl", res.trajectories)
         pairs = build_preference_pairs(res.trajectories, max_pairs_per_task=16, seed=seed)
         write_jsonl(work / f"{split}_pairs.jsonl", pairs)
-        out[split] = {"episodes": len(res.trajectories), "success": res.stats["success_rate"],
+        out[split] = {"episodes": len(res.trajectories), "success": res.stats["success"],
                       "pairs": len(pairs), "tasks_with_pairs": len({q.task_id for q in pairs})}  # fmt: skip
     # Test-task MC labels (evaluation only), on a spread of test trajectories.
     trajs = read_trajectories(work / "test_trajectories.jsonl")

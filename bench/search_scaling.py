@@ -100,7 +100,7 @@ def flat_success(backend, tok, agent, args, seeds, kwargs) -> float:
     cfg = RolloutConfig(max_new_tokens=args.max_new_tokens, temperature=1.0, seed=args.seed)
     policy = LMPolicy(backend, tok, cfg, agent)
     res = run_episodes_with_policy(policy, args.env, seeds, cfg, args.split, kwargs)
-    return res.stats["success_rate"]
+    return res.stats["success"]
 
 
 def load_parts(args):
@@ -140,7 +140,7 @@ def run_cells(args, proposer, evaluator, seeds, kwargs, horizon, on_cell=None) -
             _, s = search_tasks(algo, params, problems, budget, seed=args.seed)
             cells.append({"algo": algo, "budget": n, "max_nodes": n * horizon, **s})
             print(
-                f"{algo:17s} budget {n:3d}: success {s['success_rate']:.3f} "
+                f"{algo:17s} budget {n:3d}: success {s['success']:.3f} "
                 f"nodes {s['mean_nodes']:.1f} calls {s['mean_model_calls']:.1f} "
                 f"({s['wall_s']:.1f}s)",
                 flush=True,
@@ -169,7 +169,7 @@ def main(argv=None) -> dict:
         table = format_table(
             ["algo", *[f"N={n}" for n in args.budgets]],
             [
-                [a, *[c["success_rate"] for c in cells if c["algo"] == a]]
+                [a, *[c["success"] for c in cells if c["algo"] == a]]
                 for a in dict.fromkeys(c["algo"] for c in cells)
             ],
         )
@@ -214,7 +214,7 @@ def plot(result: dict, path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for algo in dict.fromkeys(c["algo"] for c in result["cells"]):
-        pts = [(c["budget"], c["success_rate"]) for c in result["cells"] if c["algo"] == algo]
+        pts = [(c["budget"], c["success"]) for c in result["cells"] if c["algo"] == algo]
         ax.plot(*zip(*pts), marker="o", label=algo)
     if result["flat_success"] is not None:
         ax.axhline(result["flat_success"], color="k", ls="--", lw=1, label="flat policy")

@@ -7,7 +7,8 @@ minibatch of 32 and AdamW at lr 1e-4 with gradient clipping at 1.0.
 
   - arborl: `HFBackend.generate` (32 prompts, logprobs recorded while sampling), the reward
     function, `arborl.algos.grpo` advantages, a step-view `Batch` (layout of
-    `arborl.rollout.batching`) and `arborl.train.update.ppo_update` (token-mean, clip 0.2).
+    `arborl.rollout.batching`) and `arborl.train.update.actor_update` over
+    `minibatch_schedule` (token-mean, clip 0.2).
   - TRL: `GRPOTrainer` with the config of docs/research feasibility §6, loading the same
     weights from a saved directory; a callback times each optimizer step (end to end,
     data loading and logging included).
@@ -47,7 +48,7 @@ from arborl.generation.base import SamplingParams
 from arborl.generation.hf import HFBackend
 from arborl.models import autocast_ctx, load_policy
 from arborl.train.config import AlgoConfig
-from arborl.train.update import ppo_update
+from arborl.train.update import actor_update, minibatch_schedule
 
 NUM_PROMPTS, GROUP_SIZE, NEW_TOKENS, LR = 8, 4, 32, 1e-4
 TARGET = 0.5
@@ -89,7 +90,8 @@ def arborl_step(model, tok, backend, optimizer, algo, rows, step: int, gen) -> d
     batch = build_rows(prompts, completions, adv, tok.pad_token_id)
     t2 = time.perf_counter()
     model.train()
-    ppo_update(model, optimizer, batch, algo, temperature=1.0, generator=gen, kl_coef=0.0)
+    mbs = minibatch_schedule(batch, algo, gen)
+    actor_update(model, optimizer, mbs, mbs[0][:1], algo, temperature=1.0, kl_coef=0.0)
     t3, c3 = time.perf_counter(), time.process_time()
     new = [len(c.token_ids) for c in completions]
     return {

@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "arborl.distributed": 4,
     "arborl.curate": 4,
     "arborl.report": 4,  # report.html: reads run dirs; train writes it (train -> report)
+    "arborl.grid": 4,  # `arborl compare`'s grid runner: runs train/sft cells, reads report
     # 5: the command line, and `python -m arborl` should it ever exist.
     "arborl.cli": 5,
     "arborl.__main__": 5,

@@ -7,7 +7,7 @@
     arborl compare --config grid.yaml --collect # tabulate what exists, run nothing
     arborl compare --out runs/cmp-lr --jobs 2   # two cells at once, as child processes
 
-The grid logic is `arborl.train.compare`; this module only turns flags into its config.
+The grid logic is `arborl.grid.compare`; this module only turns flags into its config.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def grid_data(args: argparse.Namespace) -> dict:
     """The `CompareConfig` keys of the command line: a YAML file's (`--config`, or the
     `grid.yaml` of `--out` when no arm is given), then the flags over it."""
     from arborl.config import load_config, to_dict
-    from arborl.train.compare import CompareConfig
+    from arborl.grid.compare import CompareConfig
 
     file = args.config
     if file is None and not (args.arm or args.algos) and args.out:
@@ -47,8 +47,8 @@ def grid_data(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from arborl.config import ConfigError, from_dict
-    from arborl.train.compare import CompareConfig, GridConflict, run_grid
-    from arborl.train.compare_guard import GridBusy
+    from arborl.grid.compare import CompareConfig, GridConflict, run_grid
+    from arborl.grid.guard import GridBusy
     from arborl.train.runlog import RunDirBusy
 
     try:
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
 def _failures(result: dict, out: Path) -> int:
     """1 after naming the cells whose run failed (--jobs N) and the ones not run for it,
     else 0."""
-    from arborl.train.compare_jobs import LOG_FILE
+    from arborl.grid.jobs import LOG_FILE
 
     failed = [c["run"] for c in result["cells"] if c["status"] == "failed"]
     if not failed:

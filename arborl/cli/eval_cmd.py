@@ -18,7 +18,7 @@ from arborl.cli.search_cmd import add_search_args, evaluate_with_search
 
 COLUMNS = (
     ("policy", "policy", "{}"),
-    ("success", "success_rate", "{:.3f}"),
+    ("success", "success", "{:.3f}"),
     ("95% CI", "ci", "{}"),
     ("return", "mean_return", "{:.3f}"),
     ("turns", "mean_turns", "{:.2f}"),
@@ -67,7 +67,7 @@ def evaluate(args: argparse.Namespace, policy_spec: str) -> dict[str, Any]:
     s = result.stats
     return {
         "policy": policy_spec,
-        "success_rate": s["success_rate"],
+        "success": s["success"],
         "success_lo": s["success_lo"],
         "success_hi": s["success_hi"],
         "mean_return": s["mean_return"],

@@ -170,7 +170,7 @@ def configs_from_args(
 
 
 def format_stats(stats: dict[str, float]) -> str:
-    keys = ("success_rate", "mean_return", "mean_turns", "invalid_action_rate", "format_ok_rate")
+    keys = ("success", "mean_return", "mean_turns", "invalid_action_rate", "format_ok_rate")
     keys += ("episodes", "generated_tokens", "wall_s", "tokens_per_s")
     return "  ".join(f"{k}={stats[k]:.4g}" for k in keys if k in stats)
 

@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             f"nodes={r.stats['nodes']} model_calls={r.stats['model_calls']} "
             f"tokens={r.stats['tokens']}"
         )
-    print(f"success {summary['success_rate']:.3f} over {len(results)} task(s)")
+    print(f"success {summary['success']:.3f} over {len(results)} task(s)")
     if args.out:
         docs = [
             {"env": args.env, "task_seed": args.seed + i, "params": params, **r.to_dict()}

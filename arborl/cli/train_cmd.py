@@ -76,7 +76,7 @@ def _baselines_line(run_dir: Path) -> str:
 
     rows = read_baselines(run_dir)
     parts = [
-        f"{label} {r['success_rate']:.3f} [{r['success_lo']:.3f}, {r['success_hi']:.3f}]"
+        f"{label} {r['success']:.3f} [{r['success_lo']:.3f}, {r['success_hi']:.3f}]"
         f" (n={int(r['episodes'])})"
         for name, label in (("random", "random policy"), ("oracle", "oracle"))
         if (r := rows.get(name))

@@ -44,7 +44,7 @@ from arborl.train.engine import (
     check_no_engine_options,
     choice_keys,
 )
-from arborl.train.evaluate import summarize_eval
+from arborl.train.evaluate import EvalResult, summarize_eval
 from arborl.train.update import UpdateResult
 
 log = logging.getLogger("arborl")
@@ -281,7 +281,7 @@ class RayEngine:
         ray.wait(refs, num_returns=len(refs))  # a collective: every rank must finish
         self.fleet.push_weights(refs[0], self.version)
 
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
         c = self.cfg
         seeds = draw_seeds(num_episodes or c.eval.num_episodes, c.eval.seed)
         parts = [

@@ -21,7 +21,7 @@ log = logging.getLogger("arborl")
 
 
 def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[str, dict]:
-    """{policy: {success_rate, success_lo, success_hi, episodes}} for the env of `config` (a
+    """{policy: {success, success_lo, success_hi, episodes}} for the env of `config` (a
     resolved train config as a dict); policies that cannot run on the env are left out."""
     from arborl.envs import spec
     from arborl.rollout import RolloutConfig, collect_episodes
@@ -64,7 +64,7 @@ def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[s
             continue
         s = res.stats
         out[name] = {
-            "success_rate": s["success_rate"],
+            "success": s["success"],
             "success_lo": s["success_lo"],
             "success_hi": s["success_hi"],
             "episodes": s["episodes"],
@@ -73,14 +73,22 @@ def compute_baselines(config: dict[str, Any], max_episodes: int = 200) -> dict[s
 
 
 def read_baselines(run_dir: Path) -> dict[str, dict]:
-    """`baselines.json` of `run_dir` ({} when absent), ours or `arborl eval --json`'s."""
+    """`baselines.json` of `run_dir` ({} when absent), ours or `arborl eval --json`'s. A
+    file written before success had one name calls it `success_rate`: read as `success`."""
     path = Path(run_dir) / "baselines.json"
     if not path.exists():
         return {}
     doc = json.loads(path.read_text())
     if "rows" in doc:  # an `arborl eval --json` file: its baseline rows
-        return {r["policy"]: r for r in doc["rows"] if r["policy"] in ("random", "oracle")}
-    return doc
+        doc = {r["policy"]: r for r in doc["rows"] if r["policy"] in ("random", "oracle")}
+    return {name: _one_success_name(row) for name, row in doc.items()}
+
+
+def _one_success_name(row: dict) -> dict:
+    """`row` with an old `success_rate` key renamed `success` (where it has no `success`)."""
+    if "success_rate" in row and "success" not in row:
+        return {("success" if k == "success_rate" else k): v for k, v in row.items()}
+    return row
 
 
 def ensure_baselines(run_dir: Path, config: dict[str, Any]) -> dict[str, dict]:

@@ -102,13 +102,13 @@ def success_chart(runs: list[RunData], max_points: int) -> dict[str, Any]:
     for i, run in enumerate(runs):
         env = str(run.config.get("env", {}).get("id", ""))
         for name, row in run.baselines.items():
-            if "success_rate" not in row or (env, name) in shown:
+            if "success" not in row or (env, name) in shown:
                 continue
             shown.add((env, name))
-            label = f"{name}{f' ({env})' if len(runs) > 1 else ''}: {row['success_rate']:.3f}"
+            label = f"{name}{f' ({env})' if len(runs) > 1 else ''}: {row['success']:.3f}"
             dash = BASELINE_DASH.get(name, "dashdot")
             traces.append(
-                line(run, i, x_span, [row["success_rate"]] * 2, label, mode="lines")
+                line(run, i, x_span, [row["success"]] * 2, label, mode="lines")
                 | {"line": {"color": "#555", "dash": dash, "width": 1.5}, "legendgroup": name}
             )
     return chart("success", "Success", "held-out success (95% interval) and baselines", traces)

@@ -35,7 +35,7 @@ def _mean(xs: Sequence[float]) -> float:
 def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     """Aggregate figures of finished `EpisodeState`s.
 
-    success_rate (+ success_lo/hi, Wilson 95%), mean_return (of the episodes whose
+    success (+ success_lo/hi, Wilson 95%), mean_return (of the episodes whose
     return is finite), mean_turns,
     invalid_action_rate and format_ok_rate (over turns), truncated_rate, env_errors
     (episodes an env fault ended), episodes, turns,
@@ -47,7 +47,7 @@ def episode_stats(episodes: Sequence[Any], wall_s: float) -> dict[str, float]:
     tokens = sum(ep.generated_tokens for ep in episodes)
     wall = max(wall_s, 1e-9)
     return {
-        "success_rate": wins / len(episodes) if episodes else 0.0,
+        "success": wins / len(episodes) if episodes else 0.0,
         "success_lo": low,
         "success_hi": high,
         # an episode whose reward is not finite is an env error (counted below): no mean

@@ -167,7 +167,7 @@ def search_tasks(
     lo, hi = wilson_interval(k, n)
     nodes = [r.best_node for r in results]
     summary = {
-        "success_rate": k / max(1, n),
+        "success": k / max(1, n),
         "success_lo": lo,
         "success_hi": hi,
         "mean_return": sum(x.ret for x in nodes) / max(1, n),

@@ -1,4 +1,4 @@
-"""Search trees -> per-node advantages -> training `Batch` rows.
+"""Search trees -> per-node advantages -> training episodes, one row each (`tree_episodes`).
 
 Every non-root node is one decision (the parent's prompt, the node's response), so it is
 one training row in the rollout loop's *step* layout (`arborl.rollout.batching`); the
@@ -137,20 +137,3 @@ def tree_episodes(
             )
             episodes.append(ep)
     return episodes
-
-
-def trees_to_batch(trees: Sequence[SearchTree], pad_token_id: int, mode: str = "mc_value", **kw):
-    """The training Batch (step layout) of the trees, with `adv` and `node_value` tensors."""
-    import torch
-
-    from arborl.rollout.batching import build_step_batch
-
-    episodes = tree_episodes(trees, mode, **kw)
-    if not episodes:
-        raise ValueError("the trees have no non-root nodes: nothing to train on")
-    batch = build_step_batch(episodes, pad_token_id)
-    batch["adv"] = batch.tensors["step_reward"].clone()
-    batch["node_value"] = torch.tensor(
-        [ep.turns[0].info["node_value"] for ep in episodes], dtype=torch.float32
-    )
-    return batch

@@ -105,7 +105,7 @@ def tree_rollout(
     rows = [ep.turns[0] for ep in episodes]
     n = len(results)
     stats = {
-        "success_rate": sum(r.won for r in results) / n,
+        "success": sum(r.won for r in results) / n,
         "mean_return": sum(r.best_node.ret for r in results) / n,
         "mean_turns": sum(len(r.actions) for r in results) / n,
         "invalid_action_rate": sum(not t.valid_action for t in rows) / max(1, len(rows)),

@@ -161,27 +161,6 @@ def write_checkpoint(
     return final
 
 
-def save_checkpoint(
-    run_dir: str | Path,
-    step: int,
-    policy,
-    tokenizer,
-    state: dict[str, Any],
-    critic=None,
-    keep: int = 2,
-    extra_files: dict[str, str] | None = None,
-) -> Path:
-    """`write_checkpoint` of a policy (HF format, + `extra_files` beside it) and a critic."""
-
-    def parts(tmp: Path) -> dict[str, Any]:
-        save_model_parts(tmp, policy, tokenizer, critic)
-        for name, text in (extra_files or {}).items():
-            (tmp / "policy" / name).write_text(text)
-        return {}
-
-    return write_checkpoint(run_dir, step, parts, state, keep)
-
-
 def save_model_parts(directory: Path, policy, tokenizer, critic=None) -> Path:
     """The checkpoint layout's model folders: `policy/` (HF weights + tokenizer), `critic/`
     when there is one, and for a LoRA policy `adapter/` (peft's adapter files, what a

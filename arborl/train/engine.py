@@ -42,7 +42,7 @@ from arborl.rollout import CHOICE_KEYS, RolloutConfig
 from arborl.rollout.batching import holds_choices
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
-from arborl.train.evaluate import evaluate_policy
+from arborl.train.evaluate import EvalResult, evaluate_policy
 from arborl.train.memory import resolve_micro_batch_tokens
 from arborl.train.rollout_modes import RunServices, rollout_step
 from arborl.train.update import UpdateResult, actor_update, critic_fit, critic_values, score_rows
@@ -116,9 +116,9 @@ class Engine(Protocol):
         """Make the rollout side use the updated weights; metrics of the sync."""
         ...
 
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
-        """Held-out episodes (`arborl.train.evaluate.summarize_eval`'s metric names, and
-        `sample`: up to `eval.save_episodes` of their trajectories, for the report)."""
+    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
+        """Held-out episodes (`arborl.train.evaluate.summarize_eval`: the metrics, the
+        outcomes, and a `sample` of up to `eval.save_episodes` trajectories for the report)."""
         ...
 
     def save(self, directory: Path) -> dict[str, Any]:
@@ -290,7 +290,7 @@ class LocalEngine:
     def sync_weights(self) -> dict[str, float]:
         return {}  # the generation backend holds the trained model itself
 
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, float]:
+    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
         backend = self.generation_backend()
         with build.compute_dtype(self.cfg, self.model):
             return evaluate_policy(backend, self.tokenizer, self.cfg, num_episodes,

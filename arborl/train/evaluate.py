@@ -7,14 +7,15 @@ puzzles: `paired_gain` gives the change with its paired 95% interval.
 Every engine and `arborl sft` make the same call, `evaluate_policy(backend, tokenizer,
 cfg)` (the Ray engine: `evaluate_share` per worker, then `summarize_eval`), which reads
 the run's own config, so no caller can drop a setting; and they handle its result with
-`record_evaluation`. The success bounds are `success_lo`/`success_hi` everywhere.
+`record_evaluation`. The result is one typed record, `EvalResult`; its main number is
+`success`, with bounds `success_lo`/`success_hi`, everywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from arborl.data import write_trajectories
@@ -29,6 +30,32 @@ from arborl.train.failures import first_reason
 from arborl.train.rollout_modes import RunServices, get_rollout_mode, service_arg
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """A held-out evaluation (`summarize_eval`): success with its Wilson 95% interval over
+    `episodes` episodes, the episode-weighted `means` of `STAT_KEYS` (those every share
+    had), the per-task `outcomes` (task seed -> 1.0 won / 0.0 lost, for `paired_gain`), a
+    `sample` of trajectories for the report, and the first errored episode's reason
+    (`arborl.train.failures`; "" if none). `metrics` is what every engine logs."""
+
+    success: float
+    success_lo: float
+    success_hi: float
+    episodes: int
+    env_errors: int = 0
+    means: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[int, float] = field(default_factory=dict)
+    sample: tuple = ()
+    first_error: str = ""
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The logged numbers: success, its bounds, episodes, env errors and the means."""
+        head = {"success": self.success, "success_lo": self.success_lo}
+        head |= {"success_hi": self.success_hi, "episodes": float(self.episodes)}
+        return head | {"env_errors": float(self.env_errors), **self.means}
 
 
 def evaluate_share(
@@ -84,30 +111,33 @@ def share_metrics(episodes: list, trajectories: list, seeds: list, save_episodes
     return out
 
 
-def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> dict:
-    """The held-out metrics of the whole evaluation (every engine logs these names):
-    success with its Wilson 95% interval, episodes, and the episode-weighted means; with
-    `keep_episodes`, also `sample`: up to that many of the shares' trajectories, and
-    `outcomes`: task seed -> 1.0/0.0 over all shares (neither is a metric:
-    `record_evaluation` takes both out), and `first_error`: the first errored episode's
-    reason, "" if none (`arborl.train.failures`; not a metric either)."""
+def summarize_eval(shares: list[dict], keep_episodes: int = 0) -> EvalResult:
+    """The whole evaluation from its shares (`evaluate_share`'s dicts): success with its
+    Wilson 95% interval, the episode-weighted means, the outcomes of all shares, the first
+    error, and with `keep_episodes` up to that many of the shares' trajectories."""
     shares = [s for s in shares if s and s["episodes"]]
     n = int(sum(s["episodes"] for s in shares))
     wins = int(sum(s["wins"] for s in shares))
     lo, hi = wilson_interval(wins, n)
-    out = {"success": wins / n, "success_lo": lo, "success_hi": hi, "episodes": float(n)}
-    out["env_errors"] = float(sum(s.get("env_errors", 0.0) for s in shares))
-    out["first_error"] = next((s["first_error"] for s in shares if s.get("first_error")), "")
+    means = {}
     for k in STAT_KEYS:
         if shares and all(k in s for s in shares):
             # One share: its mean as is (a weighted mean of one would round differently).
-            out[k] = (
+            means[k] = (
                 shares[0][k] if len(shares) == 1 else sum(s[k] * s["episodes"] for s in shares) / n
             )
-    out["outcomes"] = {k: v for s in shares for k, v in s.get("outcomes", {}).items()}
-    if keep_episodes:
-        out["sample"] = [t for s in shares for t in s.get("sample", [])][:keep_episodes]
-    return out
+    sample = tuple([t for s in shares for t in s.get("sample", [])][:keep_episodes])
+    return EvalResult(
+        success=wins / n,
+        success_lo=lo,
+        success_hi=hi,
+        episodes=n,
+        env_errors=int(sum(s.get("env_errors", 0.0) for s in shares)),
+        means=means,
+        outcomes={k: v for s in shares for k, v in s.get("outcomes", {}).items()},
+        sample=sample,
+        first_error=next((s["first_error"] for s in shares if s.get("first_error")), ""),
+    )
 
 
 def paired_gain(before: dict, after: dict, z: float = 1.96) -> dict[str, float] | None:
@@ -140,8 +170,8 @@ def evaluate_policy(
     seeds: list[int] | None = None,
     pools: PoolSet | None = None,
     services: RunServices | None = None,
-) -> dict:
-    """The held-out evaluation of the run `cfg` (`summarize_eval`'s names): one episode
+) -> EvalResult:
+    """The held-out evaluation of the run `cfg` (`summarize_eval`): one episode
     of each of `num_episodes` (default `eval.num_episodes`) tasks drawn from `eval.seed`,
     or of the task seeds `seeds` when given, on the run's `pools` and `services` when
     given; see `evaluate_share` for what it reads."""
@@ -157,19 +187,15 @@ def evaluate_policy(
 
 
 def record_evaluation(
-    run_dir: str | Path, step: int, result: dict
+    run_dir: str | Path, step: int, result: EvalResult
 ) -> tuple[dict[str, float], dict[int, float]]:
-    """Split an evaluation `result` (`summarize_eval`'s) into its metrics and its
-    per-task `outcomes` (for `paired_gain`), writing its `sample` of trajectories, if any,
-    to `run_dir/eval_episodes/step-{step:05d}.jsonl` for the report. `result` itself is
-    left as it was."""
-    metrics = dict(result)
-    metrics.pop("first_error", None)  # a reason, not a metric: the trainer's tally holds it
-    outcomes = metrics.pop("outcomes", {})
-    sample = metrics.pop("sample", None)
-    if sample:
-        write_trajectories(Path(run_dir) / "eval_episodes" / f"step-{step:05d}.jsonl", sample)
-    return metrics, outcomes
+    """An evaluation's metrics and its per-task `outcomes` (for `paired_gain`), its
+    `sample` of trajectories, if any, written to `run_dir/eval_episodes/step-{step:05d}.jsonl`
+    for the report."""
+    if result.sample:
+        path = Path(run_dir) / "eval_episodes" / f"step-{step:05d}.jsonl"
+        write_trajectories(path, list(result.sample))
+    return result.metrics, dict(result.outcomes)
 
 
 def format_gain(label: str, gain: dict[str, float]) -> str:

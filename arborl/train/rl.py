@@ -250,7 +250,7 @@ class RLTrainer:
     def _step_metrics(self, s: dict, lr: float) -> dict:
         """The per-step metrics every engine logs (`s`: the rollout's episode stats)."""
         return {
-            "train/success": s["success_rate"],
+            "train/success": s["success"],
             "train/mean_return": s["mean_return"],
             "train/mean_turns": s["mean_turns"],
             "train/invalid_rate": s["invalid_action_rate"],
@@ -279,9 +279,7 @@ class RLTrainer:
         per-task outcomes to `last_outcomes` (for the paired before/after gain) and its
         errored episodes to the run's tally under `phase` ("before", "eval", "after")."""
         result = self.engine.evaluate(num_episodes)
-        self.tally.add(
-            phase, result["episodes"], result.get("env_errors", 0), result.get("first_error", "")
-        )
+        self.tally.add(phase, result.episodes, result.env_errors, result.first_error)
         ev, self.last_outcomes = record_evaluation(self.run.path, self.step, result)
         return ev
 

@@ -12,8 +12,9 @@ and all-reduces the stats and the skip decision, so N ranks take the 1-process s
 float summation order; `tests/distributed/test_fsdp_equivalence.py`).
 
 `minibatch_schedule` is the one minibatch order: per epoch one permutation drawn from the
-trainer's generator, split into `algo.minibatch_size` rows. `ppo_update` and
-`critic_update` are the 1-process entry points (schedule + loop with `LOCAL`).
+trainer's generator, split into `algo.minibatch_size` rows. In one process the update is
+that schedule and a loop with `LOCAL`:
+`actor_update(model, opt, mbs := minibatch_schedule(batch, algo, gen), mbs[0][:1], ...)`.
 
 Rows are (prompt, response) pairs with the layout of `arborl.rollout.batching`: the
 response of every row starts at column P, so `token_logprobs(...)[:, P-1:]` scores it.
@@ -259,13 +260,6 @@ def _grouped_micro_batches(shard: Batch | None, max_tokens: int | None) -> list[
     return micro_batches(grouped, max_tokens or memory.CAP, groups)
 
 
-def ppo_update(model, optimizer, batch: Batch, algo, temperature: float, generator, kl_coef: float):
-    """`algo.ppo_epochs` passes of minibatch PPO over `batch` in one process (`batch` must
-    hold `adv`, `old_logp`, `response_mask`, `weight`, and `ref_logp` when kl_coef > 0)."""
-    mbs = minibatch_schedule(batch, algo, generator)
-    return actor_update(model, optimizer, mbs, mbs[0][:1], algo, temperature, kl_coef)
-
-
 def actor_update(
     model,
     optimizer,
@@ -406,12 +400,6 @@ def critic_values(critic, batch: Batch, max_tokens: int) -> torch.Tensor:
         out.append(critic(ids[:, :p], attn[:, :p])[:, -1])
     values = torch.cat(out)
     return values if states is batch else values[inverse]
-
-
-def critic_update(critic, optimizer, batch: Batch, algo, generator) -> UpdateResult:
-    """Fit the critic's state values to `returns` in one process (see `critic_fit`)."""
-    mbs = minibatch_schedule(batch, algo, generator)
-    return critic_fit(critic, optimizer, mbs, mbs[0][:1], algo)
 
 
 def critic_fit(

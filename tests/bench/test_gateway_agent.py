@@ -8,11 +8,11 @@ import pytest
 from arborl.envs.check import check_env
 from arborl.generation.gateway import Gateway
 from arborl.models.env_bpe import build_env_bpe_tokenizer
-from arborl.train.agent_sft import ScriptedBackend
 
 from ._scripts import load_script
 
 ga = load_script("gateway_agent")
+ScriptedBackend = load_script("agent_sft").ScriptedBackend
 
 
 def test_lookup_env_conforms_and_grades_the_asked_names_code():

@@ -1,7 +1,7 @@
 """2-rank FSDP2 (real gloo process group in two Ray actors) == the 1-process update.
 
 One real rollout batch of the tiny policy on Maze gets GRPO advantages from the shared
-`attach_advantages`; the local `ppo_update` and the data-parallel update then take the
+`attach_advantages`; the local update (`actor_update` over `minibatch_schedule`) and the data-parallel update then take the
 same minibatches (same generator) from the same weights. Small micro-batch budgets give
 the two ranks different numbers of micro-batches, which the equalised loop must handle.
 """
@@ -21,7 +21,13 @@ from arborl.train.build import lr_lambda
 from arborl.train.config import load_train_config
 from arborl.train.engine import CRITIC_KEYS, SCORE_KEYS
 from arborl.train.rl import attach_advantages, batch_rewards
-from arborl.train.update import critic_update, critic_values, ppo_update, score_rows
+from arborl.train.update import (
+    actor_update,
+    critic_fit,
+    critic_values,
+    minibatch_schedule,
+    score_rows,
+)
 
 KL = 0.1
 
@@ -90,7 +96,8 @@ def test_two_rank_fsdp2_ppo_update_matches_one_process(ray_instance):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.algo.lr, weight_decay=0.0)
     torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.algo.warmup_steps, 10, "constant"))
     one = replace(cfg.algo, micro_batch_tokens=10**6)
-    up = ppo_update(model, opt, train, one, 1.0, torch.Generator().manual_seed(5), KL)
+    local_mbs = minibatch_schedule(train, one, torch.Generator().manual_seed(5))
+    up = actor_update(model, opt, local_mbs, local_mbs[0][:1], one, 1.0, KL)
     ref_state = model.state_dict()
 
     # 2 ranks: the same minibatches, each split across the ranks.
@@ -151,7 +158,8 @@ def test_two_rank_reference_critic_values_and_critic_update_match_one_process(ra
     attach_advantages(batch, rewards, cfg.algo, local_v)
     opt = torch.optim.AdamW(critic.parameters(), lr=cfg.algo.critic_lr)  # as RLTrainer
     one = replace(cfg.algo, micro_batch_tokens=10**6)
-    up = critic_update(critic, opt, batch, one, torch.Generator().manual_seed(3))
+    local_mbs = minibatch_schedule(batch, one, torch.Generator().manual_seed(3))
+    up = critic_fit(critic, opt, local_mbs, local_mbs[0][:1], one)
     mbs = _minibatches(batch.select(*CRITIC_KEYS), cfg.algo, 3)
     stats, skipped = group.call("update_critic", mbs, mbs[0][:1])
     assert skipped == 0

@@ -125,7 +125,7 @@ def test_killed_rollout_worker_is_replaced_and_the_run_finishes(
     ])  # fmt: skip
     assert code == 0
     rows = json.loads(out.read_text())["rows"]
-    assert rows[0]["episodes"] == 4 and 0.0 <= rows[0]["success_rate"] <= 1.0
+    assert rows[0]["episodes"] == 4 and 0.0 <= rows[0]["success"] <= 1.0
     _serve_answers(
         ckpt / "policy", wait_for_health
     )  # ... and so does `arborl serve`, over real HTTP

@@ -23,10 +23,10 @@ def test_eval_random_and_oracle_on_every_env(env_id, tmp_path, capsys):
     assert "95% CI" in table and env_id in table
     for r in rows.values():
         if "error" not in r:
-            assert 0.0 <= r["success_lo"] <= r["success_rate"] <= r["success_hi"] <= 1.0
+            assert 0.0 <= r["success_lo"] <= r["success"] <= r["success_hi"] <= 1.0
             assert r["episodes"] == 4
             # the lost episodes' task ids, one per loss
-            assert len(r["lost_tasks"]) == round(4 * (1 - r["success_rate"]))
+            assert len(r["lost_tasks"]) == round(4 * (1 - r["success"]))
     assert "error" not in rows["random"]
 
 
@@ -59,7 +59,7 @@ def test_rollout_with_tiny_preset_writes_trajectories(tmp_path, capsys):
         assert len(trajs) == 4 and all(1 <= t.num_steps <= 3 for t in trajs)
         assert trajs[0].task_id == trajs[1].task_id != trajs[2].task_id
         assert trajs[0].meta["policy"] == "tiny-0.1m" and trajs[0].env_id == "arborl/Maze-v0"
-    assert "success_rate=" in capsys.readouterr().out
+    assert "success=" in capsys.readouterr().out
 
 
 def test_eval_lm_row_beside_baselines(tmp_path):
@@ -86,7 +86,7 @@ def test_eval_lm_row_beside_baselines(tmp_path):
     )
     rows = json.loads(out.read_text())["rows"]
     assert [r["policy"] for r in rows] == ["tiny-0.1m", "random", "oracle"]
-    assert rows[2]["success_rate"] >= rows[1]["success_rate"]
+    assert rows[2]["success"] >= rows[1]["success"]
 
 
 def test_help_strings():
@@ -132,7 +132,7 @@ def test_rollout_and_eval_run_envs_in_the_pool_mode_asked_for(tmp_path, capsys):
     code = main(["eval", "--policy", "oracle", "--env", "arborl/Maze-v0", "--num-episodes", "2",
                  "--pool-mode", "subprocess", "--no-baselines", "--json", str(doc)])  # fmt: skip
     assert code == 0
-    assert json.loads(doc.read_text())["rows"][0]["success_rate"] == 1.0
+    assert json.loads(doc.read_text())["rows"][0]["success"] == 1.0
     with pytest.raises(SystemExit):
         _rollout(out, "--pool-mode", "carrier-pigeon")
     assert "invalid choice: 'carrier-pigeon'" in capsys.readouterr().err
@@ -147,7 +147,7 @@ def test_env_kwargs_reach_the_env_and_bad_ones_are_named(tmp_path, capsys):
                      "--json", str(out)])  # fmt: skip
         assert code == 0
         (row,) = json.loads(out.read_text())["rows"]
-        assert row["success_rate"] == 1.0
+        assert row["success"] == 1.0
         turns[size] = row["mean_turns"]
     assert turns[4] < turns[10]  # the oracle walks a longer way in the larger maze
     for bad, says in (("{size: 4}", "is not JSON"), ("[4]", "must be a JSON object")):

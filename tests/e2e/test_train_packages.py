@@ -72,8 +72,8 @@ def test_make_demo_recipe_at_toy_size_on_twx_coin_in_subprocess_mode(tmp_path, m
     out = capsys.readouterr().out
     assert "held-out success before RL" in out and "RL gain on the same tasks" in out
     base = json.loads((tmp_path / "twx" / "baselines.json").read_text())
-    assert base["oracle"]["success_rate"] == 1.0
-    assert f"random policy {base['random']['success_rate']:.3f}" in out
+    assert base["oracle"]["success"] == 1.0
+    assert f"random policy {base['random']['success']:.3f}" in out
     assert "oracle 1.000" in out and "for scale, same tasks" in out
 
 

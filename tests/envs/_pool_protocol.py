@@ -41,4 +41,4 @@ def check_pool_protocol(pool: Any) -> None:
         assert getattr(type(pool), name, None) is not None, f"{type(pool).__name__}.{name}"
     cfg = RolloutConfig(num_tasks=2, group_size=2, seed=5)
     got = run_episodes_with_policy(OraclePolicy(), ProtocolOnly(pool), None, cfg, split="test")
-    assert got.stats["success_rate"] == 1.0 and len(got.trajectories) == 4
+    assert got.stats["success"] == 1.0 and len(got.trajectories) == 4

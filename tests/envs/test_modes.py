@@ -102,7 +102,7 @@ def test_rollout_loop_drives_every_mode(mode):
         got = run_episodes_with_policy(OraclePolicy(), pool, None, cfg, split="test")
     finally:
         pool.close()
-    assert got.stats["success_rate"] == ref.stats["success_rate"] == 1.0
+    assert got.stats["success"] == ref.stats["success"] == 1.0
     assert [len(t.steps) for t in got.trajectories] == [len(t.steps) for t in ref.trajectories]
     assert [t.task_id for t in got.trajectories] == [t.task_id for t in ref.trajectories]
     assert got.trajectories[0].env_id == "arborl/Maze-v0"

@@ -362,7 +362,7 @@ def test_eval_and_rollout_run_on_openenv_servers(maze_url, monkeypatch, tmp_path
     assert main(["eval", *common, *flags, str(local), "--pool-mode", "inproc"]) == 0
     (r,), (ref,) = json.loads(remote.read_text())["rows"], json.loads(local.read_text())["rows"]
     assert r["episodes"] == ref["episodes"] == 6
-    for key in ("success_rate", "mean_turns", "mean_return", "lost_tasks"):
+    for key in ("success", "mean_turns", "mean_return", "lost_tasks"):
         assert r[key] == ref[key], key
     out = tmp_path / "episodes.jsonl"
     assert main(["rollout", *common, "--out", str(out), "--no-progress",

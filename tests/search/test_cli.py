@@ -107,9 +107,9 @@ def test_eval_with_search(tmp_path, capsys):
     assert main(args) == 0
     rows = {r["policy"]: r for r in json.loads(js.read_text())["rows"]}
     row = rows["mcts@150 (actions+heuristic, policy not called)"]
-    assert row["episodes"] == 10 and 0.0 <= row["success_lo"] <= row["success_rate"]
-    assert row["success_rate"] >= 0.7  # MCTS + the maze heuristic; random walks get ~0.1
-    assert rows["oracle"]["success_rate"] == 1.0
+    assert row["episodes"] == 10 and 0.0 <= row["success_lo"] <= row["success"]
+    assert row["success"] >= 0.7  # MCTS + the maze heuristic; random walks get ~0.1
+    assert rows["oracle"]["success"] == 1.0
 
 
 def test_eval_with_search_plays_the_envs_of_env_kwargs_and_max_turns(tmp_path):
@@ -188,7 +188,7 @@ def test_eval_with_search_runs_in_the_pool_mode_of_the_other_rows(tmp_path, monk
         js = tmp_path / f"{mode}.json"
         assert main([*base, "--pool-mode", mode, "--json", str(js)]) == 0
         (rows[mode],) = json.loads(js.read_text())["rows"]
-    for key in ("success_rate", "mean_turns", "mean_return", "mean_nodes", "stop_reasons"):
+    for key in ("success", "mean_turns", "mean_return", "mean_nodes", "stop_reasons"):
         assert rows["subprocess"][key] == rows["inproc"][key], key
     assert rows["inproc"]["mean_nodes"] > 1
     assert pools == [(4, "subprocess", "RemotePool")]  # in process: no pool, as before

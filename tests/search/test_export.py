@@ -8,8 +8,20 @@ import math
 import pytest
 import torch
 
+from arborl.rollout.batching import build_step_batch
 from arborl.search import Node, SearchTree
-from arborl.search.export import node_values, tree_advantages, trees_to_batch
+from arborl.search.export import node_values, tree_advantages, tree_episodes
+
+
+def trees_to_batch(trees, pad_token_id, mode="mc_value"):
+    """The step-layout Batch of the trees' episodes, `adv` = each row's node advantage."""
+    episodes = tree_episodes(trees, mode)
+    if not episodes:
+        raise ValueError("the trees have no non-root nodes: nothing to train on")
+    batch = build_step_batch(episodes, pad_token_id)
+    batch["adv"] = batch.tensors["step_reward"].clone()
+    batch["node_value"] = torch.tensor([ep.turns[0].info["node_value"] for ep in episodes])
+    return batch
 
 
 def hand_tree() -> SearchTree:
@@ -169,4 +181,4 @@ def test_tree_rollout_rows_are_sibling_normalised():
     for rewards in groups.values():  # mc_sibling: z-scores within each sibling group
         assert sum(rewards) == pytest.approx(0.0, abs=1e-5)
     assert set(b.meta["traj_id"]) == {f"tree{t}-n{i}" for t in (0, 1) for i in range(1, 11)}
-    assert res.stats["episodes"] == 2.0 and 0.0 <= res.stats["success_rate"] <= 1.0
+    assert res.stats["episodes"] == 2.0 and 0.0 <= res.stats["success"] <= 1.0

@@ -28,12 +28,23 @@ from arborl.train.checkpoint import (
     checkpoint_dirs,
     load_state,
     resolve_resume,
-    save_checkpoint,
+    save_model_parts,
     verify_checkpoint,
     write_checkpoint,
     write_manifest,
 )
 from arborl.train.runlog import read_metrics
+
+
+def save_checkpoint(run_dir, step, policy, tokenizer, state, keep=2):
+    """`write_checkpoint` of a policy alone (the trainers save through their engine)."""
+
+    def parts(tmp):
+        save_model_parts(tmp, policy, tokenizer)
+        return {}
+
+    return write_checkpoint(run_dir, step, parts, state, keep)
+
 
 # SFT makes some actions valid, so invalid-action penalties give groups mixed rewards and
 # every RL step really changes the weights.

@@ -3,7 +3,7 @@
 to handle its result."""
 
 import math
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
 
@@ -14,6 +14,7 @@ from arborl.rollout import RolloutConfig, collect_episodes, draw_seeds, make_pol
 from arborl.rollout.metrics import wilson_interval
 from arborl.train.config import TrainConfig, load_train_config
 from arborl.train.evaluate import (
+    EvalResult,
     evaluate_policy,
     format_gain,
     paired_gain,
@@ -74,7 +75,7 @@ def test_summarize_eval_merges_the_outcomes_of_every_share():
         {"episodes": 1.0, "wins": 1.0, "outcomes": {7: 1.0}},
     ]
     out = summarize_eval(shares)
-    assert out["outcomes"] == {5: 1.0, 6: 0.0, 7: 1.0} and out["success"] == pytest.approx(2 / 3)
+    assert out.outcomes == {5: 1.0, 6: 0.0, 7: 1.0} and out.success == pytest.approx(2 / 3)
 
 
 def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypatch):
@@ -99,12 +100,12 @@ def test_chunked_evaluation_bounds_its_pools_and_keeps_the_tasks(tiny, monkeypat
     whole, whole_sizes = run(None, 0.0)
     chunked, chunked_sizes = run(3, 0.0)
     assert whole_sizes == [7] and chunked_sizes == [3, 1]
-    assert chunked["outcomes"] == whole["outcomes"] and len(whole["outcomes"]) == 7
+    assert chunked.outcomes == whole.outcomes and len(whole.outcomes) == 7
     for key in ("success", "episodes", "mean_return", "mean_turns", "invalid_action_rate"):
-        assert chunked[key] == pytest.approx(whole[key]), key
+        assert chunked.metrics[key] == pytest.approx(whole.metrics[key]), key
     sampled, _ = run(3, 1.0)
     again, _ = run(3, 1.0)
-    assert sampled["outcomes"].keys() == whole["outcomes"].keys()
+    assert sampled.outcomes.keys() == whole.outcomes.keys()
     assert sampled == again  # chunks continue one seeded stream: repeatable
 
 
@@ -118,19 +119,17 @@ def test_evaluate_policy_reads_every_setting_from_the_run_config(tiny, pool_mode
     ((mode, kw),) = pool_mode_spy
     assert mode == "subprocess" and kw["split"] == "val" and kw["timeout_s"] == 7.0
     assert kw["short_actions"] is True  # env.kwargs of the demo config
-    assert out["episodes"] == 5 and sorted(out["outcomes"]) == sorted(draw_seeds(5, 4))
-    assert len(out["sample"]) == 3 and all(isinstance(t, Trajectory) for t in out["sample"])
-    assert 0.0 <= out["success_lo"] <= out["success"] <= out["success_hi"] <= 1.0
-    assert "sample" not in evaluate_policy(*tiny, maze_cfg(num_episodes=2, save_episodes=0))
+    assert out.episodes == 5 and sorted(out.outcomes) == sorted(draw_seeds(5, 4))
+    assert len(out.sample) == 3 and all(isinstance(t, Trajectory) for t in out.sample)
+    assert 0.0 <= out.success_lo <= out.success <= out.success_hi <= 1.0
+    assert evaluate_policy(*tiny, maze_cfg(num_episodes=2, save_episodes=0)).sample == ()
 
 
 def test_evaluate_policy_takes_a_count_or_the_task_seeds(tiny):
     cfg = maze_cfg(num_episodes=50, save_episodes=0, seed=4)
-    assert sorted(evaluate_policy(*tiny, cfg, num_episodes=2)["outcomes"]) == sorted(
-        draw_seeds(2, 4)
-    )
+    assert sorted(evaluate_policy(*tiny, cfg, num_episodes=2).outcomes) == sorted(draw_seeds(2, 4))
     out = evaluate_policy(*tiny, cfg, seeds=[3, 9])
-    assert sorted(out["outcomes"]) == [3, 9] and out["episodes"] == 2
+    assert sorted(out.outcomes) == [3, 9] and out.episodes == 2
     with pytest.raises(ValueError, match="num_episodes=3 but 2 seeds"):
         evaluate_policy(*tiny, cfg, num_episodes=3, seeds=[3, 9])
 
@@ -138,17 +137,66 @@ def test_evaluate_policy_takes_a_count_or_the_task_seeds(tiny):
 def test_record_evaluation_writes_the_sample_and_takes_out_the_outcomes(tiny, tmp_path):
     result = evaluate_policy(*tiny, maze_cfg(num_episodes=4, save_episodes=2))
     metrics, outcomes = record_evaluation(tmp_path, 7, result)
-    assert outcomes == result["outcomes"] and len(outcomes) == 4
-    taken = ("outcomes", "sample", "first_error")  # first_error: a reason, not a metric
-    assert metrics == {k: v for k, v in result.items() if k not in taken}
-    assert result["first_error"] == ""  # no episode errored
+    assert outcomes == result.outcomes and len(outcomes) == 4
+    assert metrics == result.metrics and result.first_error == ""  # no episode errored
     assert all(isinstance(v, float) for v in metrics.values())  # every one a logged metric
     written = read_trajectories(tmp_path / "eval_episodes" / "step-00007.jsonl")
-    assert [t.task_id for t in written] == [t.task_id for t in result["sample"]]
-    assert "sample" in result  # the caller's result is left as it was
-    metrics, outcomes = record_evaluation(tmp_path, 8, {"success": 1.0})
-    assert (metrics, outcomes) == ({"success": 1.0}, {})
+    assert [t.task_id for t in written] == [t.task_id for t in result.sample]
+    nothing = EvalResult(success=1.0, success_lo=0.2, success_hi=1.0, episodes=1)
+    metrics, outcomes = record_evaluation(tmp_path, 8, nothing)
+    assert (metrics["success"], metrics["episodes"], outcomes) == (1.0, 1.0, {})
     assert not (tmp_path / "eval_episodes" / "step-00008.jsonl").exists()
+
+
+def test_an_evaluation_is_one_typed_record_with_one_success_name():
+    """`EvalResult`: frozen, its main number `success` (never `success_rate`), and its
+    logged metrics the success, its bounds, episodes, env errors and the means, as floats."""
+    shares = [
+        {
+            "episodes": 3.0,
+            "wins": 2.0,
+            "env_errors": 1.0,
+            "mean_turns": 4.0,
+            "first_error": "",
+            "outcomes": {1: 1.0, 2: 1.0, 3: 0.0},
+            "sample": ["a", "b"],
+        },
+        {
+            "episodes": 1.0,
+            "wins": 0.0,
+            "mean_turns": 2.0,
+            "first_error": "env died",
+            "outcomes": {4: 0.0},
+            "sample": ["c"],
+        },
+    ]
+    ev = summarize_eval(shares, keep_episodes=2)
+    assert [f.name for f in fields(EvalResult)] == [
+        "success",
+        "success_lo",
+        "success_hi",
+        "episodes",
+        "env_errors",
+        "means",
+        "outcomes",
+        "sample",
+        "first_error",
+    ]
+    assert (ev.success, ev.episodes, ev.env_errors) == (0.5, 4, 1)
+    assert (ev.success_lo, ev.success_hi) == wilson_interval(2, 4)
+    assert ev.means == {"mean_turns": pytest.approx(3.5)}  # weighted by each share's episodes
+    assert ev.sample == ("a", "b") and ev.first_error == "env died"
+    assert list(ev.metrics) == [
+        "success",
+        "success_lo",
+        "success_hi",
+        "episodes",
+        "env_errors",
+        "mean_turns",
+    ]
+    assert all(type(v) is float for v in ev.metrics.values())
+    with pytest.raises(FrozenInstanceError):
+        ev.success = 1.0
 
 
 def test_one_name_for_the_success_bounds():
@@ -156,11 +204,11 @@ def test_one_name_for_the_success_bounds():
     (`arborl eval` rows and the report baselines copy them: tests/e2e, tests/report)."""
     cfg = RolloutConfig(max_turns=4)
     stats = collect_episodes(make_policy("random", cfg, seed=0), MAZE, 6, cfg, seed=0).stats
-    wins = round(stats["success_rate"] * 6)
+    wins = round(stats["success"] * 6)
     assert (stats["success_lo"], stats["success_hi"]) == wilson_interval(wins, 6)
     assert not any("ci" in k for k in stats)
     ev = summarize_eval([{"episodes": 6.0, "wins": 2.0}])
-    assert (ev["success_lo"], ev["success_hi"]) == wilson_interval(2, 6)
+    assert (ev.success_lo, ev.success_hi) == wilson_interval(2, 6)
 
 
 def test_every_engine_evaluates_through_the_one_call(tiny, monkeypatch):
@@ -180,5 +228,5 @@ def test_every_engine_evaluates_through_the_one_call(tiny, monkeypatch):
         ev = engine.evaluate()
     finally:
         engine.close()
-    assert ev["episodes"] == 5.0 and len(ev["sample"]) == 3
+    assert ev.episodes == 5 and len(ev.sample) == 3
     assert engine.sync_weights() == {"weights/version": 1.0, "weights/reload_s": 0.0}

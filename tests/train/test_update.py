@@ -12,7 +12,13 @@ from arborl.generation.hf import HFBackend
 from arborl.models import load_policy
 from arborl.rollout import RolloutConfig, run_rollout
 from arborl.train.config import AlgoConfig
-from arborl.train.update import group_prompts, micro_batches, ppo_update, response_logp
+from arborl.train.update import (
+    actor_update,
+    group_prompts,
+    micro_batches,
+    minibatch_schedule,
+    response_logp,
+)
 
 
 def _toy_batch(prompts, responses):
@@ -70,7 +76,8 @@ def _one_step(model, batch, algo):
     # float-rounding noise on near-zero gradients into full-size steps.)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     torch.manual_seed(0)  # dropout, if any, draws the same masks in both runs
-    up = ppo_update(model, opt, batch, algo, 1.0, torch.Generator().manual_seed(0), 0.0)
+    mbs = minibatch_schedule(batch, algo, torch.Generator().manual_seed(0))
+    up = actor_update(model, opt, mbs, mbs[0][:1], algo, 1.0, 0.0)
     return model, up
 
 

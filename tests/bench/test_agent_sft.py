@@ -1,4 +1,4 @@
-"""SFT demos recorded through the gateway (`arborl.train.agent_sft`): a real OpenAI-client
+"""SFT demos recorded through the gateway (`bench/agent_sft.py`): a real OpenAI-client
 agent with a tool, a scripted model, and the rows it yields are the gateway's own prompts."""
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ import pytest
 
 from arborl.generation.tools import render_chat
 from arborl.models import load_policy
-from arborl.train.agent_sft import record_agent_demos
 from arborl.train.config import SFTConfig
 from arborl.train.sft import run_sft
+
+from ._scripts import load_script
+
+record_agent_demos = load_script("agent_sft").record_agent_demos
 
 TOOLS = [{"type": "function", "function": {
     "name": "echo", "description": "Echo a word.",

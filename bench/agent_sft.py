@@ -9,6 +9,10 @@ final answer). The gateway records each call token-exactly, and every recorded (
 response ids) pair becomes an `SFTExample`: the SFT rows are exactly the prompts the policy
 will be shown in RL, with the demonstrator's answers as targets.
 
+A recipe, not part of the library (`arborl sft` makes its demos from an env's oracle):
+`bench/gateway_learning.py` imports it, and an agent of your own can copy it or import it
+with `bench/` on the path (docs/agents.md, "A start that calls tools").
+
     examples = record_agent_demos(program, tasks, respond, tokenizer)
     run_sft(model, tokenizer, examples, cfg.sft)
 """

@@ -1,4 +1,4 @@
-"""`arborl compare --jobs N` (arborl.train.compare_jobs): cells run as child processes, N
+"""`arborl compare --jobs N` (arborl.grid.jobs): cells run as child processes, N
 at a time, each RL cell after its seed's SFT start, with the numbers of --jobs 1; a cell
 that crashes leaves the others finished, and one that diverges is "aborted" as in-process.
 
@@ -13,7 +13,7 @@ import pytest
 
 from arborl.cli.main import main
 from arborl.config import from_dict
-from arborl.train.compare import CompareConfig, cell_status, plan_grid, run_grid, warn_threads
+from arborl.grid.compare import CompareConfig, cell_status, plan_grid, run_grid, warn_threads
 from arborl.train.config import load_train_config
 
 TOY = [
@@ -145,7 +145,7 @@ def test_jobs_is_a_positive_count(capsys):
 PARENT = """
 import subprocess, sys
 from pathlib import Path
-from arborl.train import compare_jobs as cj
+from arborl.grid import jobs as cj
 
 def launch(job):
     job.start()
@@ -189,7 +189,7 @@ time.sleep(120)
 """
 CHILD = """
 import os, time
-from arborl.train.compare_jobs import die_with_parent, sigterm_as_exit
+from arborl.grid.jobs import die_with_parent, sigterm_as_exit
 die_with_parent(os.getppid())
 with sigterm_as_exit():
     time.sleep(120)
@@ -234,5 +234,5 @@ def test_a_child_whose_parent_is_already_gone_exits_at_once():
     import subprocess
     import sys
 
-    code = "from arborl.train.compare_jobs import die_with_parent; die_with_parent(1)"
+    code = "from arborl.grid.jobs import die_with_parent; die_with_parent(1)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 128 + 15

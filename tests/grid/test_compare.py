@@ -1,4 +1,4 @@
-"""`arborl compare` (arborl.train.compare): a grid pairs its arms on one start per seed and
+"""`arborl compare` (arborl.grid.compare): a grid pairs its arms on one start per seed and
 the same held-out tasks and sampling seed, and a second call runs only what is missing.
 
 Toy size (tiny-0.1m, 1-2 RL steps, 4 held-out episodes): every run takes about a second.
@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
-import arborl.train.compare as grid_mod
+import arborl.grid.compare as grid_mod
 from arborl.cli.main import main
 from arborl.config import ConfigError, from_dict
-from arborl.train.compare import CompareConfig, GridConflict, cell_status, plan_grid, run_grid
+from arborl.grid.compare import CompareConfig, GridConflict, cell_status, plan_grid, run_grid
 
 TOY = [
     "model.name_or_path=tiny-0.1m", "rollout.num_tasks=2", "rollout.group_size=2",
@@ -231,7 +231,7 @@ GRID_ARGS = [*BARE, "--arm", "grpo", "--start", "tiny-0.1m", "--seeds", "0"]
 def test_a_second_compare_on_the_same_out_is_refused_and_leaves_the_results_alone(tmp_path, capsys):
     import os
 
-    from arborl.train.compare_guard import grid_lock
+    from arborl.grid.guard import grid_lock
 
     (tmp_path / "comparison.json").write_text('{"first": "compare"}')
     with grid_lock(tmp_path):  # the first compare, still running

@@ -3,7 +3,7 @@ as child processes, at most N at a time (`run_jobs`, --jobs N).
 
 Why processes: a toy-size run is mostly one busy core (`trainer.num_threads` is 1 by
 default), so on a 2-core machine two runs at once halve a grid's wall time. A child is
-`python -m arborl.train.compare_jobs KIND OVERRIDE...`, which calls `run_cell`, the very
+`python -m arborl.grid.jobs KIND OVERRIDE...`, which calls `run_cell`, the very
 function --jobs 1 calls, with the same overrides and its own `trainer.num_threads`: a
 cell's numbers do not depend on N (a run is bit-for-bit repeatable on one machine,
 docs/training.md, "Reproducibility").
@@ -69,7 +69,7 @@ class Job:
     """The cell's run folder, where its `LOG_FILE` goes."""
     start: Callable[[], list[str]]
     """Readies the folder and prints the start line when the job is launched, and returns
-    the run's overrides (`arborl.train.compare.start_cell`)."""
+    the run's overrides (`arborl.grid.compare.start_cell`)."""
     after: str | None = None
     """The job that must finish first (its seed's SFT start), when it runs in this call."""
 
@@ -140,7 +140,7 @@ def launch(job: Job) -> subprocess.Popen:
     overrides = job.start()
     with open(job.folder / LOG_FILE, "ab") as log:  # the child holds its own copy
         return subprocess.Popen(
-            [sys.executable, "-m", "arborl.train.compare_jobs", job.kind, *overrides],
+            [sys.executable, "-m", "arborl.grid.jobs", job.kind, *overrides],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

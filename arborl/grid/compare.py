@@ -9,7 +9,7 @@ paired. (start=own lets each run train its own SFT warm start, for arms that cha
 arms with the same SFT settings still share a start, the others are paired only with
 their own start.) Overrides that would break the pairing are refused before any work. The numbers
 (gains with t intervals over seeds, paired differences, curves) are
-`arborl.report.compare`'s; this module owns the grid, and `compare_jobs` how a cell runs:
+`arborl.report.compare`'s; this module owns the grid, and `jobs` how a cell runs:
 in this process, one after another, or (`jobs` > 1) as up to that many child processes
 at once, each RL cell after its seed's SFT start.
 
@@ -23,7 +23,7 @@ starts, and running the grid again
   run records which start it began from, `START_FILE`, so a start retrained by an earlier
   call that stopped before the RL runs were rerun is caught too);
 - leaves alone a folder that another live trainer holds (one compare runs a grid folder
-  at a time, `compare_guard.grid_lock`; several cells at once is `jobs` > 1);
+  at a time, `guard.grid_lock`; several cells at once is `jobs` > 1);
 - refuses a folder that holds a run of other settings, unless `replace` (rerun that cell,
   deleting the folder) or `fresh` (rerun every cell).
 A cell whose child process failed (`jobs` > 1) is left out of the comparison, and so are
@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from arborl.config import ConfigError, dump_yaml, to_dict
+from arborl.grid.guard import grid_lock, read_cell_json
+from arborl.grid.jobs import Job, run_cell, run_jobs
 from arborl.report.compare import CELL_FILE, EVAL_KEYS, SEED_KEYS
-from arborl.train.compare_guard import grid_lock, read_cell_json
-from arborl.train.compare_jobs import Job, run_cell, run_jobs
 
 GRID_KEYS = (*SEED_KEYS, "trainer.name", "trainer.output_dir", "trainer.resume", "sft.enabled")
 """Settings the grid sets in every run itself (no arm, `base` or `sft` may)."""
@@ -379,7 +379,7 @@ def run_in_processes(
     jobs: int,
     echo: Callable[[str], None],
 ) -> list[str]:
-    """Run the cells to run as child processes, `jobs` at a time (`compare_jobs`), each RL
+    """Run the cells to run as child processes, `jobs` at a time (`arborl.grid.jobs`), each RL
     cell after its seed's SFT start if that runs too. Returns the statuses after: a
     cell's own, or "aborted", "failed" or "skipped" (its start did not finish)."""
     todo = [i for i, s in enumerate(statuses) if s not in LEFT_ALONE]
@@ -442,7 +442,7 @@ def run_grid(
     out = Path(cfg.out)
     if collect_only:
         return collect(cfg, cells, collect_statuses(cfg, cells, echo))
-    with grid_lock(out):  # one compare per grid folder (compare_guard)
+    with grid_lock(out):  # one compare per grid folder (arborl.grid.guard)
         statuses = plan_statuses(cfg, cells, fresh, replace)
         dump_yaml(cfg, out / "grid.yaml")
         warn_threads([c for c, s in zip(configs, statuses) if s not in LEFT_ALONE], jobs, echo)
