@@ -187,7 +187,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "concurrent compare",
         "a compare takes an exclusive flock on its grid folder's .compare.lock",
-        "arborl/train/compare_guard.py",
+        "arborl/grid/guard.py",
         "            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
         "            pass  # MUTATION: no lock\n",
         cost_s=5,
