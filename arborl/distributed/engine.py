@@ -45,6 +45,7 @@ from arborl.train.engine import (
     choice_keys,
 )
 from arborl.train.evaluate import EvalResult, summarize_eval
+from arborl.train.rollout_modes import ROLLOUT_MODES, get_rollout_mode
 from arborl.train.update import UpdateResult
 
 log = logging.getLogger("arborl")
@@ -76,10 +77,11 @@ def check_ray_config(cfg: TrainConfig) -> None:
             "ray.placement=colocated runs rollout in the train ranks, which ray.train_resources "
             "places; ray.rollout_resources must stay empty (or use placement=split)"
         )
-    if getattr(cfg.rollout, "mode", "flat") != "flat":
+    if not get_rollout_mode(cfg.rollout.mode).distributed:  # the record says where it runs
+        able = [n for n in ROLLOUT_MODES.names() if get_rollout_mode(n).distributed]
         raise ConfigError(
-            f"trainer.engine=ray rolls out flat episodes; rollout.mode={cfg.rollout.mode!r} "
-            "(search trees) runs with trainer.engine=local"
+            f"trainer.engine=ray runs the rollout modes {able}; rollout.mode="
+            f"{cfg.rollout.mode!r} runs with trainer.engine=local"
         )
     if cfg.rollout.view != "step":
         raise ConfigError(

@@ -52,6 +52,8 @@ class RolloutMode:
     """The `rollout.view`s the mode can produce."""
     async_envs: bool = False
     """Can it run `rollout.async_envs=true` (independent episodes)?"""
+    distributed: bool = False
+    """Can the Ray engine's rollout workers run it (`trainer.engine=ray`)?"""
     section: str | None = None
     """The `TrainConfig` section the mode reads its settings from (None: none)."""
     needs_action: tuple[str, ...] = ()
@@ -185,7 +187,7 @@ def _program_given(cfg: Any) -> None:
         )
 
 
-register_rollout_mode(RolloutMode("flat", _flat, async_envs=True))
+register_rollout_mode(RolloutMode("flat", _flat, async_envs=True, distributed=True))
 register_rollout_mode(
     RolloutMode("tree", _tree, views=("step",), section="search", needs_action=("supports_tree",))
 )

@@ -130,3 +130,17 @@ def test_the_vllm_engine_refuses_an_action_mode_that_needs_a_local_model():
         "and the vLLM engine only generates: set agent.action_mode to one of ['generate']"
     )
     VLLMEngine.check_config(load_train_config([]))  # generate: nothing to refuse
+
+
+def test_the_ray_engine_asks_the_record_where_a_mode_runs():
+    from arborl.config import ConfigError
+    from arborl.distributed.engine import check_ray_config
+    from arborl.train.config import load_train_config
+    from arborl.train.rollout_modes import get_rollout_mode
+
+    assert get_rollout_mode("flat").distributed and not get_rollout_mode("tree").distributed
+    cfg = load_train_config(["trainer.engine=ray", "rollout.mode=tree", "rollout.view=step"])
+    with pytest.raises(
+        ConfigError, match=r"runs the rollout modes \['flat'\]; rollout.mode='tree'"
+    ):
+        check_ray_config(cfg)
