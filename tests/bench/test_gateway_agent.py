@@ -63,11 +63,11 @@ def test_the_agent_reads_the_hidden_table_through_its_tool_and_the_env_grades_it
         answer = asyncio.run(ga.run_lookup({"observation": obs, "data": env.task},
                                            s.base_url, s.key))  # fmt: skip
         calls = gw.close_session(s.id)
-    assert len(calls) == 2 and calls[0]["choices"][0]["tool_calls"]
+    assert len(calls) == 2 and calls[0].choices[0].tool_calls
     # the tool's result reached the second prompt; the table itself never did
-    second = tok.decode(calls[1]["prompt_ids"][0], skip_special_tokens=False)
+    second = tok.decode(calls[1].prompt_ids[0], skip_special_tokens=False)
     assert f"<tool_response>\n{code}\n</tool_response>" in second
     others = [c for n, c in env.task["table"].items() if n != env.task["name"]]
-    assert not set(tok.convert_tokens_to_ids(others)) & set(calls[1]["prompt_ids"][0])
+    assert not set(tok.convert_tokens_to_ids(others)) & set(calls[1].prompt_ids[0])
     assert answer == f"answer[{code}]"
     assert env.step(answer)[1] == 1.0
