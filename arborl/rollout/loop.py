@@ -72,9 +72,8 @@ def _resolve_pool(
     if isinstance(pool_or_env_id, PoolSet):
         return pool_or_env_id.get(num_envs, split, **env_kwargs), pool_or_env_id.env_id
     if isinstance(pool_or_env_id, str):
-        mode = None if pool_mode == "auto" else pool_mode
         opts = {**(pool_options or {}), **env_kwargs}
-        return make_pool(pool_or_env_id, num_envs, mode, split=split, **opts), pool_or_env_id
+        return make_pool(pool_or_env_id, num_envs, pool_mode, split=split, **opts), pool_or_env_id
     pool = pool_or_env_id
     if len(pool) != num_envs:
         raise ValueError(
@@ -252,8 +251,7 @@ def collect_episodes(
     parts = []
     with contextlib.ExitStack() as own:
         if isinstance(env_id, str):  # one set of pools (and worker processes) for all chunks
-            mode = None if pool_mode == "auto" else pool_mode
-            env_id = own.enter_context(PoolSet(env_id, mode, **(pool_options or {})))
+            env_id = own.enter_context(PoolSet(env_id, pool_mode, **(pool_options or {})))
         for c in range(0, len(seeds), per_chunk):
             # An LM policy keys each episode's sampling stream by its rollout count, so
             # chunks never repeat each other's samples.

@@ -28,7 +28,6 @@ def evaluate_agent_share(
     ev, env = cfg.eval, cfg.env
     n = len(seeds)
     program = AgentProgram.from_config(cfg.agent_program)
-    mode = None if env.pool_mode == "auto" else env.pool_mode
     opts = {**pool_options(cfg), **with_turn_limit(env.kwargs, cfg.rollout.max_turns)}
     chunk = ev.chunk_episodes or n
     episodes, trajectories = [], []
@@ -36,7 +35,7 @@ def evaluate_agent_share(
         part = seeds[c : c + chunk]
         roll = replace(cfg.rollout, group_size=1, num_tasks=len(part), temperature=ev.temperature,
                        seed=row_seed(sample_seed, c))  # fmt: skip
-        pool = make_pool(env.id, len(part), mode, split=env.eval_split, **opts)
+        pool = make_pool(env.id, len(part), env.pool_mode, split=env.eval_split, **opts)
         try:
             res = run_agent_rollout(backend, tokenizer, pool, part, roll, cfg.agent_program,
                                     env.eval_split, env.id, program=program)  # fmt: skip

@@ -134,8 +134,7 @@ def build_pool_set(cfg: TrainConfig) -> PoolSet:
     the run, closed by the engine at its end): `env.id` in `env.pool_mode` with
     `pool_options`, over `env.num_workers` worker processes shared by the training,
     demo and evaluation pools."""
-    mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
-    return PoolSet(cfg.env.id, mode, cfg.env.num_workers, **pool_options(cfg))
+    return PoolSet(cfg.env.id, cfg.env.pool_mode, cfg.env.num_workers, **pool_options(cfg))
 
 
 def build_train_pool(cfg: TrainConfig, num_envs: int | None = None, pools: PoolSet | None = None):
@@ -145,9 +144,8 @@ def build_train_pool(cfg: TrainConfig, num_envs: int | None = None, pools: PoolS
     env_kwargs = with_turn_limit(cfg.env.kwargs, cfg.rollout.max_turns)
     if pools is not None:
         return pools.get(n, cfg.env.train_split, **env_kwargs)
-    mode = None if cfg.env.pool_mode == "auto" else cfg.env.pool_mode
     opts = {**pool_options(cfg), **env_kwargs}
-    return make_pool(cfg.env.id, n, mode, split=cfg.env.train_split, **opts)
+    return make_pool(cfg.env.id, n, cfg.env.pool_mode, split=cfg.env.train_split, **opts)
 
 
 def scheduler_step(sched) -> float:
