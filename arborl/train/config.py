@@ -19,6 +19,7 @@ from arborl.config import ConfigError, load_config
 from arborl.rollout.agent_config import AgentProgramConfig
 from arborl.rollout.config import RolloutConfig
 from arborl.search.config import SearchConfig
+from arborl.train.teacher import TeacherConfig, check_teacher
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 """Where group YAML files live in a source checkout (`configs/env/*.yaml`, ...)."""
@@ -413,6 +414,9 @@ class TrainConfig:
     """Run length, outputs, checkpoints, the engine."""
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray engine's settings (read only with `trainer.engine=ray`)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """Learn from a teacher on the student's own states (DAgger, on-policy distillation;
+    off until `teacher.kind` is set; `algo=distill` trains its term alone)."""
 
     def validate(self, prefix: str = "config") -> None:
         from arborl.train.rollout_modes import check_rollout_mode
@@ -439,6 +443,7 @@ class TrainConfig:
                 "not score the env's action list yet): set rollout.mode=flat or "
                 "agent.action_mode=generate"
             )
+        check_teacher(self)  # the teacher section against the rest (arborl.train.teacher)
 
 
 def load_train_config(
