@@ -50,9 +50,10 @@ class DaggerPolicy:
         if not live:
             return decisions
         probs = self.labels(
-            [episodes[k] for k in live], [envs[k] for k in live],
+            [episodes[k] for k in live],
+            [envs[k] for k in live],
             [decisions[k].choice.actions for k in live],
-        )  # fmt: skip
+        )
         for k, p in zip(live, probs):
             d = decisions[k]
             self.num_decisions += 1
@@ -77,9 +78,10 @@ class DaggerPolicy:
             response_text=action_response(c.actions[j], agent_cfg),
             response_ids=list(x.token_ids[j]),
             logprobs=list(x.token_logp[j]),
-            choice=replace(c, chosen=j, logp=x.choice_logp[j], teacher_p=list(p),
-                           teacher_acted=True),
-        )  # fmt: skip
+            choice=replace(
+                c, chosen=j, logp=x.choice_logp[j], teacher_p=list(p), teacher_acted=True
+            ),
+        )
 
 
 def _sample(p: Sequence[float], u: float) -> int:

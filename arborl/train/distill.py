@@ -37,9 +37,16 @@ from arborl.data import Batch
 log = logging.getLogger("arborl")
 
 LABEL_KEYS = (
-    "input_ids", "attention_mask", "response_mask", "old_logp",
-    "cand_ids", "cand_mask", "cand_norm", "chosen", "teacher_p",
-)  # fmt: skip
+    "input_ids",
+    "attention_mask",
+    "response_mask",
+    "old_logp",
+    "cand_ids",
+    "cand_mask",
+    "cand_norm",
+    "chosen",
+    "teacher_p",
+)
 """What a labelled state keeps in the buffer (a score-mode row and its label)."""
 TEACHER_KEYS = ("teacher_p", "teacher_w")
 """The columns the actor update reads for the teacher's term."""

@@ -93,15 +93,27 @@ def check_teacher(cfg) -> None:
     if not t.enabled:
         return
     rules = [
-        (cfg.agent.action_mode == "score", f"agent.action_mode={cfg.agent.action_mode}",
-         "the teacher labels a distribution over the candidates: set agent.action_mode=score"),
-        (cfg.rollout.mode == "flat", f"rollout.mode={cfg.rollout.mode}",
-         "the teacher labels flat episodes: set rollout.mode=flat"),
-        (not cfg.algo.filter_groups, "algo.filter_groups=true",
-         "it drops whole groups, and their labelled states with them: set algo.filter_groups=false"),
-        (cfg.trainer.engine == "local", f"trainer.engine={cfg.trainer.engine}",
-         "the teacher runs in the local engine only so far: set trainer.engine=local"),
-    ]  # fmt: skip
+        (
+            cfg.agent.action_mode == "score",
+            f"agent.action_mode={cfg.agent.action_mode}",
+            "the teacher labels a distribution over the candidates: set agent.action_mode=score",
+        ),
+        (
+            cfg.rollout.mode == "flat",
+            f"rollout.mode={cfg.rollout.mode}",
+            "the teacher labels flat episodes: set rollout.mode=flat",
+        ),
+        (
+            not cfg.algo.filter_groups,
+            "algo.filter_groups=true",
+            "it drops whole groups, and their labelled states with them: set algo.filter_groups=false",
+        ),
+        (
+            cfg.trainer.engine == "local",
+            f"trainer.engine={cfg.trainer.engine}",
+            "the teacher runs in the local engine only so far: set trainer.engine=local",
+        ),
+    ]
     for ok, what, fix in rules:
         if not ok:
             raise ConfigError(f"teacher.kind={t.kind} cannot run with {what}; {fix}")
@@ -239,17 +251,21 @@ TEACHERS.register("oracle", TeacherKind("oracle", lambda t, cfg: OracleTeacher()
 TEACHERS.register(
     "callable",
     TeacherKind(
-        "callable", lambda t, cfg: CallableTeacher(t.source),
-        "a Python callable as pkg.module:fn", "my_pkg.rules:teacher",
+        "callable",
+        lambda t, cfg: CallableTeacher(t.source),
+        "a Python callable as pkg.module:fn",
+        "my_pkg.rules:teacher",
     ),
-)  # fmt: skip
+)
 TEACHERS.register(
     "model",
     TeacherKind(
-        "model", ModelTeacher, "a preset name, checkpoint policy dir or HF model dir",
+        "model",
+        ModelTeacher,
+        "a preset name, checkpoint policy dir or HF model dir",
         "smollm2-135m-instruct",
     ),
-)  # fmt: skip
+)
 
 
 @dataclass
@@ -274,16 +290,19 @@ class TeacherLabels:
 
     def __call__(self, episodes: Sequence, envs: Sequence, actions: Sequence[list[str]]):
         t0 = time.perf_counter()
-        keys = [self.teacher.state_key(ep, a) if self.cache_size else None
-                for ep, a in zip(episodes, actions)]  # fmt: skip
+        keys = [
+            self.teacher.state_key(ep, a) if self.cache_size else None
+            for ep, a in zip(episodes, actions)
+        ]
         out: list[list[float] | None] = [self.cache.get(k) if k is not None else None for k in keys]
         missing = [i for i, p in enumerate(out) if p is None]
         self.cost.cache_hits += len(keys) - len(missing)
         if missing:
             labels = self.teacher.label(
-                [episodes[i] for i in missing], [envs[i] for i in missing],
+                [episodes[i] for i in missing],
+                [envs[i] for i in missing],
                 [actions[i] for i in missing],
-            )  # fmt: skip
+            )
             if len(self.cache) + len(missing) > self.cache_size:
                 self.cache.clear()
             for i, p in zip(missing, labels):
