@@ -99,6 +99,21 @@ class TeacherRollout:
             "teacher/cache_hits": float(cost.cache_hits - before.cache_hits),
             "teacher/seconds": cost.seconds - before.seconds,
         }
+        log.info(
+            "step %d teacher: %d calls labelled %d states (%d cache hits) in %.3f s; beta "
+            "%.3f, teacher acted %.3f; run so far: %d calls, %d states, %d hits, %.2f s",
+            plan.step + 1,
+            metrics["teacher/calls"],
+            metrics["teacher/states"],
+            metrics["teacher/cache_hits"],
+            metrics["teacher/seconds"],
+            beta,
+            metrics["teacher/acted"],
+            cost.calls,
+            cost.states,
+            cost.cache_hits,
+            cost.seconds,
+        )
         return res, metrics
 
 

@@ -289,28 +289,34 @@ class TeacherLabels:
         self.cost = TeacherCost()
 
     def __call__(self, episodes: Sequence, envs: Sequence, actions: Sequence[list[str]]):
+        """One list of K probabilities per state; the teacher labels each distinct state
+        missing from the cache once (episodes of a group share their first state)."""
         t0 = time.perf_counter()
         keys = [
             self.teacher.state_key(ep, a) if self.cache_size else None
             for ep, a in zip(episodes, actions)
         ]
         out: list[list[float] | None] = [self.cache.get(k) if k is not None else None for k in keys]
-        missing = [i for i, p in enumerate(out) if p is None]
-        self.cost.cache_hits += len(keys) - len(missing)
-        if missing:
+        ask: dict[Hashable, int] = {}  # key (or the row, uncacheable) -> index in the call
+        rows = [i for i, p in enumerate(out) if p is None]
+        for i in rows:
+            ask.setdefault(keys[i] if keys[i] is not None else ("row", i), i)
+        self.cost.cache_hits += len(keys) - len(ask)
+        if ask:
+            first = list(ask.values())
             labels = self.teacher.label(
-                [episodes[i] for i in missing],
-                [envs[i] for i in missing],
-                [actions[i] for i in missing],
+                [episodes[i] for i in first], [envs[i] for i in first], [actions[i] for i in first]
             )
-            if len(self.cache) + len(missing) > self.cache_size:
+            if len(self.cache) + len(first) > self.cache_size:
                 self.cache.clear()
-            for i, p in zip(missing, labels):
-                out[i] = self._hard(p) if self.hard else list(p)
+            got = {i: self._hard(p) if self.hard else list(p) for i, p in zip(first, labels)}
+            for i in rows:
+                out[i] = got[ask[keys[i] if keys[i] is not None else ("row", i)]]
+            for i in first:
                 if keys[i] is not None:
-                    self.cache[keys[i]] = out[i]
+                    self.cache[keys[i]] = got[i]
             self.cost.calls += 1
-            self.cost.states += len(missing)
+            self.cost.states += len(first)
         self.cost.seconds += time.perf_counter() - t0
         return out
 
