@@ -7,10 +7,10 @@ run's prompt format is written down in its resolved config and checked before an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from arborl.registry import Registry
+from arborl.registry import Registry, load_entry_point
 
 MEMORIES: Registry = Registry("agent.memory", error=ValueError)
 """Memory strategies by `AgentConfig.memory` name: classes built with the `AgentConfig`
@@ -26,12 +26,57 @@ ACTION_FORMATS.register("react", "arborl.agent.parsing:REACT")
 ACTION_FORMATS.register("react_text", "arborl.agent.parsing:REACT_TEXT")
 FORMAT_ERROR_ACTIONS = ("raw", "empty")
 INSTRUCTION_ROLES = ("user", "system")
-ACTION_MODES: Registry = Registry("agent.action_mode", error=ValueError)
-"""How an LM policy picks each action, by `AgentConfig.action_mode`: policy classes built
-as `cls(backend, tokenizer, rollout_cfg, agent_cfg, name=...)` (`arborl.rollout`), imported
-on first use; `arborl.rollout.make_lm_policy` builds the one a config names."""
-ACTION_MODES.register("generate", "arborl.rollout.policies:LMPolicy")
-ACTION_MODES.register("score", "arborl.rollout.action_scoring:ScoringPolicy")
+
+
+@dataclass(frozen=True)
+class ActionMode:
+    """How an LM policy picks each action (`agent.action_mode`), and what that needs and
+    supports: the config and the engines ask these, never the mode's name."""
+
+    name: str
+    """The mode's one name, in configs, docs and `ACTION_MODES`."""
+    policy: str
+    """`"module:Class"` of its policy, built as `cls(backend, tokenizer, rollout_cfg,
+    agent_cfg, name=...)` (`arborl.rollout.make_lm_policy`), imported on first use."""
+    needs_local_model: bool = False
+    """It runs the policy's own forward pass (an engine that only generates, such as vLLM,
+    cannot serve it)."""
+    needs_available_actions: bool = False
+    """It chooses among the env's `info["available_actions"]` (checked when the first
+    episode starts: an env's action list is known only then)."""
+    supports_tree: bool = False
+    """Search trees can grow with it (`rollout.mode=tree`: their proposers generate)."""
+    supports_programs: bool = False
+    """An agent program's model calls can run in it (`rollout.mode=agent`: the gateway
+    generates)."""
+
+    def capabilities(self) -> frozenset[str]:
+        """The names of the capability fields this mode declares true."""
+        return frozenset(k for k, v in asdict(self).items() if v is True)
+
+    def policy_class(self) -> type:
+        return load_entry_point(self.policy, f"agent.action_mode={self.name!r} policy")
+
+
+ACTION_MODES: Registry[ActionMode] = Registry(
+    "agent.action_mode", entry_point_group="arborl.action_modes", error=ValueError
+)
+"""`agent.action_mode` -> `ActionMode` (or a `"module:attr"` naming one)."""
+ACTION_MODES.register(
+    "generate",
+    ActionMode(
+        "generate", "arborl.rollout.policies:LMPolicy", supports_tree=True, supports_programs=True
+    ),
+)
+ACTION_MODES.register(
+    "score",
+    ActionMode(
+        "score",
+        "arborl.rollout.action_scoring:ScoringPolicy",
+        needs_local_model=True,
+        needs_available_actions=True,
+    ),
+)
 SCORE_NORMS = ("sum", "token", "word")
 
 

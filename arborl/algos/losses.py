@@ -90,7 +90,7 @@ def aggregate(
     return fn(loss_mat, mask.to(loss_mat.dtype), max_len, num_tokens, num_seqs)
 
 
-def _broadcast_adv(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def broadcast_adv(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if advantages.dim() == 1 and like.dim() == 2 and advantages.shape[0] == like.shape[0]:
         return advantages[:, None].expand_as(like)  # (B,) episode advantage -> (B, T)
     if advantages.shape != like.shape:
@@ -129,7 +129,7 @@ def ppo_policy_loss(
         raise ValueError(f"clip_low={clip_low}, clip_high={clip_high} must be >= 0")
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip={dual_clip} must be > 1 (3.0 is usual) or None")
-    adv = _broadcast_adv(advantages, logp).to(logp.dtype)
+    adv = broadcast_adv(advantages, logp).to(logp.dtype)
     mask_f = mask.to(logp.dtype)
     log_ratio = torch.clamp(logp - old_logp, -20.0, 20.0)
     ratio = torch.exp(log_ratio)  # (B, T)
@@ -143,15 +143,27 @@ def ppo_policy_loss(
         loss_mat = torch.where(adv < 0, torch.minimum(loss_mat, cap), loss_mat)
     loss = aggregate(loss_mat, mask_f, agg, max_len, num_tokens, num_seqs)
     with torch.no_grad():
-        stats = {
-            "clipfrac": masked_mean((loss_clipped > loss_unclipped).to(logp.dtype), mask_f),
-            "clipfrac_dual": masked_mean(dual_active.to(logp.dtype), mask_f),
-            "approx_kl": masked_mean(-log_ratio, mask_f),
-            "approx_kl_k3": masked_mean(ratio - 1.0 - log_ratio, mask_f),
-            "ratio_mean": masked_mean(ratio, mask_f),
-            "ratio_max": torch.where(mask.bool(), ratio, torch.zeros_like(ratio)).max(),
-        }
-    return loss, {k: v.detach() for k, v in stats.items()}
+        stats = ratio_stats(log_ratio, ratio, mask)
+        stats["clipfrac"] = masked_mean((loss_clipped > loss_unclipped).to(logp.dtype), mask_f)
+        stats["clipfrac_dual"] = masked_mean(dual_active.to(logp.dtype), mask_f)
+    return loss, stats
+
+
+@torch.no_grad()
+def ratio_stats(
+    log_ratio: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The ratio diagnostics every policy loss reports, over the valid tokens of `mask`
+    (all (B, T)): approx_kl (mean old_logp - logp, the k1 estimate of KL(old || new)),
+    approx_kl_k3 (mean (r - 1) - log r, Schulman's low-variance estimate, >= 0 per
+    token), ratio_mean, ratio_max (0-d tensors)."""
+    mask_f = mask.to(ratio.dtype)
+    return {
+        "approx_kl": masked_mean(-log_ratio, mask_f),
+        "approx_kl_k3": masked_mean(ratio - 1.0 - log_ratio, mask_f),
+        "ratio_mean": masked_mean(ratio, mask_f),
+        "ratio_max": torch.where(mask.bool(), ratio, torch.zeros_like(ratio)).max(),
+    }
 
 
 def value_loss(

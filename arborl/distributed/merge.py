@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from arborl.data import Batch
-from arborl.rollout.batching import pad_choices
+from arborl.rollout.batching import holds_choices, pad_choices
 from arborl.rollout.metrics import episode_stats
 
 # step view: (R, P + A) tensors whose first P columns are the left-padded prompt.
@@ -64,7 +64,7 @@ def merge_batches(parts: Sequence[Batch]) -> Batch:
         p_len = max(int(b.info["prompt_length"]) for b in parts)
         a_len = max(int(b.info["response_length"]) for b in parts)
         parts = [_relayout_step(b, p_len, a_len, pad_id) for b in parts]
-        if "cand_ids" in parts[0].tensors:  # scored choices: common (K, L) candidates
+        if holds_choices(parts[0]):  # scored choices: common (K, L) candidates
             k = max(b.tensors["cand_ids"].shape[1] for b in parts)
             length = max(b.tensors["cand_ids"].shape[2] for b in parts)
             parts = [pad_choices(b, k, length, pad_id) for b in parts]

@@ -11,7 +11,7 @@ step view (one row per turn, R rows), the layout verl-style trainers expect:
   meta: traj_id, step, group_id, task_id, anchor, valid_action, format_ok, done, truncated,
         terminated, potential, next_potential (the env's shaping potential before/after the
         step, NaN when it gives none), finish_reason, prompt_truncated, response_text, action
-  info: view, prompt_length (P), response_length (A), pad_token_id
+  info: view, prompt_length (P), response_length (A), pad_token_id, scored_choices (bool)
   So `input_ids[:, P:]` is the response and `token_logprobs(...)[:, P-1:]` scores it.
 
   score mode (`agent.action_mode=score`): a row is one choice among K candidates, trained
@@ -50,6 +50,13 @@ from arborl.rollout.episode import EpisodeState, TurnRecord
 
 CHOICE_KEYS = ("cand_ids", "cand_mask", "cand_norm", "chosen")
 """The score-mode columns from which the update recomputes each row's categorical."""
+
+
+def holds_choices(batch: Batch) -> bool:
+    """Are `batch`'s rows scored choices (`CHOICE_KEYS`)? `build_step_batch` declares it in
+    `info["scored_choices"]`; the update, the engines and the merge of worker batches ask
+    this rather than guess from which columns happen to be present."""
+    return bool(batch.info.get("scored_choices", False))
 
 
 def build_batch(episodes: list[EpisodeState], view: str, pad_token_id: int) -> Batch:
@@ -124,6 +131,7 @@ def build_step_batch(episodes: list[EpisodeState], pad_token_id: int) -> Batch:
     meta = {k: [f(*row) for row in rows] for k, f in fields.items()}
     info = {"view": "step", "prompt_length": p_len, "response_length": a_len}
     info["pad_token_id"] = pad_token_id
+    info["scored_choices"] = bool(scored)  # the rows' kind, declared: `holds_choices`
     return Batch.from_dict(tensors, _object_meta(meta, ("anchor",)), info)
 
 

@@ -310,5 +310,5 @@ def make_lm_policy(
 ) -> LMPolicy:
     """The LM policy of `agent_cfg.action_mode` (`ACTION_MODES`): `LMPolicy` generates
     each action, `arborl.rollout.action_scoring.ScoringPolicy` scores the env's list."""
-    cls = ACTION_MODES.get(agent_cfg.action_mode)
+    cls = ACTION_MODES.get(agent_cfg.action_mode).policy_class()
     return cls(backend, tokenizer, cfg, agent_cfg, name=name)

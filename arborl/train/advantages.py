@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from arborl import algos
-from arborl.algos.group import equal_tolerance
+from arborl.algos.selection import mixed_groups, won_episodes
 from arborl.data import Batch
 from arborl.registry import Registry
 
@@ -67,6 +67,8 @@ class Algorithm:
     reference is always built when `algo.kl_coef > 0`)."""
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """`algo` section values that `algo=NAME` selects (the name itself is implied)."""
+    loss: str = "ppo_clip"
+    """The policy loss `algo=NAME` selects (`arborl.algos.policy_loss.POLICY_LOSSES`)."""
 
     def advantages(self, batch: Batch, rewards: torch.Tensor, algo, values=None):
         """`rows(batch, rewards, algo, values)`."""
@@ -105,7 +107,8 @@ def algorithm_defaults(name: str) -> dict[str, Any] | None:
     """The `algo` section `algo=NAME` selects, or None for an unknown name."""
     if not ALGORITHMS.accepts(name):
         return None
-    return {"name": name, **get_algorithm(name).defaults}
+    record = get_algorithm(name)
+    return {"name": name, "loss": record.loss, **record.defaults}
 
 
 def _traj_layout(batch: Batch) -> tuple[np.ndarray, np.ndarray, int]:
@@ -138,17 +141,10 @@ def episode_lengths(batch: Batch) -> torch.Tensor:
 
 def informative_groups(batch: Batch, rewards: torch.Tensor) -> tuple[torch.Tensor, float]:
     """(R,) mask of the rows whose task group has episodes of different returns, and the
-    share of groups dropped. Returns count as equal up to float32 rounding at their own
-    scale (`arborl.algos.group.equal_tolerance`), as the group estimators treat them."""
+    share of groups dropped (`arborl.algos.selection.mixed_groups`)."""
     scores, groups, inverse = trajectory_scores(batch, rewards)
-    index = np.unique(groups.astype(str), return_inverse=True)[1]
-    n = int(index.max()) + 1
-    idx = torch.as_tensor(index)
-    hi = torch.full((n,), -torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amax")
-    lo = torch.full((n,), torch.inf, dtype=torch.float64).scatter_reduce(0, idx, scores, "amin")
-    tol = equal_tolerance(torch.maximum(hi.abs(), lo.abs()), REWARD_DTYPE)
-    mixed = (hi - lo) > tol  # (G,)
-    return mixed[idx][torch.as_tensor(inverse)], float(1.0 - mixed.double().mean())
+    mixed, dropped = mixed_groups(scores, groups.tolist(), REWARD_DTYPE)  # (n_traj,)
+    return mixed[torch.as_tensor(inverse)], dropped
 
 
 def compute_advantages(
@@ -167,14 +163,16 @@ def episode_algorithm(
     *,
     defaults: Mapping[str, Any] | None = None,
     needs_reference: bool = False,
+    loss: str = "ppo_clip",
 ):
     """Register an episode-level algorithm: `estimator(scores, group_ids, algo)` maps the
     (N,) float64 trajectory returns and their N group ids (and the `AlgoConfig`) to (N,)
-    advantages, which are broadcast back to each trajectory's step rows. Returns the
-    `Algorithm`; without `estimator`, a decorator that returns the record."""
+    advantages, which are broadcast back to each trajectory's step rows, trained with the
+    policy loss `loss`. Returns the `Algorithm`; without `estimator`, a decorator that
+    returns the record."""
     if estimator is None:
         return lambda fn: episode_algorithm(
-            name, fn, defaults=defaults, needs_reference=needs_reference
+            name, fn, defaults=defaults, needs_reference=needs_reference, loss=loss
         )
 
     def rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
@@ -188,7 +186,9 @@ def episode_algorithm(
         return traj_adv.float()[torch.as_tensor(inverse)], None, {}
 
     return register_algorithm(
-        Algorithm(name, "episode", rows, estimator, False, needs_reference, dict(defaults or {}))
+        Algorithm(
+            name, "episode", rows, estimator, False, needs_reference, dict(defaults or {}), loss
+        )
     )
 
 
@@ -213,9 +213,8 @@ def _raft_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
     the policy-gradient step is supervised learning on the batch's successes."""
     won = batch.tensors["won"].bool() & torch.as_tensor(batch.meta["done"].astype(bool))
     inverse, _, n = _traj_layout(batch)
-    inv = torch.as_tensor(inverse)
-    traj_won = torch.zeros(n).index_add_(0, inv, won.float()) > 0  # (n_traj,)
-    adv = traj_won[inv].float()
+    traj_won = won_episodes(won, torch.as_tensor(inverse), n)  # (n_traj,)
+    adv = traj_won[torch.as_tensor(inverse)].float()
     return adv, None, {"raft/episodes_kept": float(traj_won.double().mean())}
 
 

@@ -143,6 +143,16 @@ class AlgoConfig:
     """Weight of GiGPO's step-level advantage."""
     norm_by_std: bool = True
     """Divide group advantages by the group std (False = Dr.GRPO-style mean-centering)."""
+    loss: str = field(
+        default="ppo_clip", metadata={"registry": "arborl.algos.policy_loss:POLICY_LOSSES"}
+    )
+    """The policy loss, a name of `arborl.algos.policy_loss.POLICY_LOSSES`: "ppo_clip" (the
+    clipped surrogate, `clip_low`/`clip_high`/`dual_clip`) or "cispo" (REINFORCE with a
+    clipped IS weight); plug-ins: an `arborl.policy_losses` entry point or
+    `pkg.module:record`. `algo=NAME` applies the algorithm's own loss."""
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    """Settings of the loss `loss` names, checked at load against the dataclass its record
+    declares (`algo.loss=cispo algo.loss_options.clip_high=2.0`); empty: its defaults."""
     clip_low: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})
     """PPO ratio clip below 1."""
     clip_high: float = field(default=0.28, metadata={"min": 0.0})
@@ -201,6 +211,25 @@ class AlgoConfig:
     advantages (DAPO's dynamic-sampling filter; their group baseline gives no signal, and
     batch-normalising estimators would give them one): the share dropped is logged as
     `rollout/groups_filtered`."""
+
+    def validate(self, prefix: str = "algo") -> None:
+        self.policy_loss(prefix)  # its options section: keys and values
+
+    def policy_loss(self, prefix: str = "algo") -> tuple[Any, Any]:
+        """The `PolicyLoss` record of `loss` and its options built from `loss_options`
+        (None for a loss that declares none), checked as a section of this config."""
+        from arborl.algos.policy_loss import get_policy_loss
+        from arborl.config import from_dict
+
+        record = get_policy_loss(self.loss)
+        if record.options is None:
+            if self.loss_options:
+                raise ConfigError(
+                    f"{prefix}.loss_options={self.loss_options} but {prefix}.loss="
+                    f"{self.loss!r} takes no options; remove them ({prefix}.loss_options={{}})"
+                )
+            return record, None
+        return record, from_dict(record.options, self.loss_options, f"{prefix}.loss_options.")
 
 
 @dataclass
@@ -419,15 +448,9 @@ class TrainConfig:
     off until `teacher.kind` is set; `algo=distill` trains its term alone)."""
 
     def validate(self, prefix: str = "config") -> None:
-        from arborl.train.rollout_modes import check_rollout_mode
+        from arborl.train.rollout_modes import check_modes
 
-        check_rollout_mode(self.rollout)
-        if self.rollout.mode == "agent" and not self.agent_program.given:
-            raise ConfigError(
-                "rollout.mode=agent runs an agent program you wrote, but none is set: give "
-                "agent_program.fn=package.module:function or agent_program.command='python "
-                "my_agent.py' (docs/agents.md)"
-            )
+        check_modes(self)  # the rollout and action mode records' rules
         if self.rollout.view != "step":
             # batch_rewards, the advantages and the update all read step-view rows; an
             # episode batch crashed the first RL step (KeyError 'step_reward').
@@ -435,13 +458,6 @@ class TrainConfig:
                 f"rollout.view={self.rollout.view!r} is not trained by `arborl train` (its "
                 "rewards, advantages and update read step-view rows); set rollout.view=step "
                 "(the episode view serves `run_rollout` and rescoring checks)"
-            )
-        if self.agent.action_mode == "score" and self.rollout.mode != "flat":
-            raise ConfigError(
-                f"agent.action_mode=score rolls out flat episodes; rollout.mode="
-                f"{self.rollout.mode!r} grows search trees by generating (their proposers do "
-                "not score the env's action list yet): set rollout.mode=flat or "
-                "agent.action_mode=generate"
             )
         check_teacher(self)  # the teacher section against the rest (arborl.train.teacher)
 

@@ -39,6 +39,7 @@ from arborl.generation.hf import HFBackend
 from arborl.models import ValueModel
 from arborl.registry import Registry, UnknownNameError
 from arborl.rollout import CHOICE_KEYS, RolloutConfig
+from arborl.rollout.batching import holds_choices
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
 from arborl.train.distill import TeacherRollout
@@ -154,9 +155,9 @@ SCORE_KEYS = ("input_ids", "attention_mask", "response_mask")
 
 
 def choice_keys(batch: Batch) -> tuple[str, ...]:
-    """The score-mode columns `batch` holds (`CHOICE_KEYS`, none for generated rows): the
+    """The score-mode columns of `batch` (`CHOICE_KEYS`, none for generated rows): the
     actor update and the reference read them beside `ACTOR_KEYS` / `SCORE_KEYS`."""
-    return tuple(k for k in CHOICE_KEYS if k in batch.tensors)
+    return CHOICE_KEYS if holds_choices(batch) else ()
 
 
 def resolve_engine(name: str) -> type:

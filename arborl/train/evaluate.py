@@ -25,7 +25,7 @@ from arborl.rollout.metrics import episode_stats, wilson_interval
 from arborl.rollout.policies import make_lm_policy
 from arborl.train.build import build_pool_set
 from arborl.train.config import TrainConfig
-from arborl.train.rollout_modes import ROLLOUT_MODES
+from arborl.train.rollout_modes import get_rollout_mode
 
 STAT_KEYS = ("mean_return", "mean_turns", "invalid_action_rate")
 
@@ -43,7 +43,7 @@ def evaluate_share(
     won / 0.0 lost, for `paired_gain`) and `sample`: the first `eval.save_episodes`
     trajectories (for the report). One engine worker's share of an evaluation;
     `summarize_eval` combines shares."""
-    own = getattr(ROLLOUT_MODES.get(cfg.rollout.mode), "evaluate_share", None)
+    own = get_rollout_mode(cfg.rollout.mode).evaluate_share
     if own is not None:  # a mode whose episodes are not arborl's prompt loop (agent)
         share = load_entry_point(own, f"rollout.mode={cfg.rollout.mode} evaluate_share")
         return share(backend, tokenizer, cfg, seeds, sample_seed)

@@ -92,31 +92,29 @@ def check_teacher(cfg) -> None:
         )
     if not t.enabled:
         return
-    rules = [
-        (
-            cfg.agent.action_mode == "score",
-            f"agent.action_mode={cfg.agent.action_mode}",
-            "the teacher labels a distribution over the candidates: set agent.action_mode=score",
-        ),
-        (
-            cfg.rollout.mode == "flat",
-            f"rollout.mode={cfg.rollout.mode}",
-            "the teacher labels flat episodes: set rollout.mode=flat",
-        ),
-        (
-            not cfg.algo.filter_groups,
-            "algo.filter_groups=true",
-            "it drops whole groups, and their labelled states with them: set algo.filter_groups=false",
-        ),
-        (
-            cfg.trainer.engine == "local",
-            f"trainer.engine={cfg.trainer.engine}",
-            "the teacher runs in the local engine only so far: set trainer.engine=local",
-        ),
-    ]
-    for ok, what, fix in rules:
-        if not ok:
-            raise ConfigError(f"teacher.kind={t.kind} cannot run with {what}; {fix}")
+    from arborl.agent.config import ACTION_MODES
+    from arborl.train.rollout_modes import ROLLOUT_MODES, get_rollout_mode
+
+    if not ACTION_MODES.get(cfg.agent.action_mode).needs_available_actions:
+        able = [n for n in ACTION_MODES if ACTION_MODES[n].needs_available_actions]
+        raise ConfigError(
+            f"teacher.kind={t.kind} labels a distribution over the env's available actions, "
+            f"and agent.action_mode={cfg.agent.action_mode} does not choose among them: set "
+            f"agent.action_mode to one of {able}"
+        )
+    # The teacher's rollout is its own independent episodes (`TeacherRollout`), the
+    # capability a rollout mode declares as `async_envs`.
+    if not get_rollout_mode(cfg.rollout.mode).async_envs:
+        able = [n for n in ROLLOUT_MODES if get_rollout_mode(n).async_envs]
+        raise ConfigError(
+            f"teacher.kind={t.kind} labels independent episodes, and rollout.mode="
+            f"{cfg.rollout.mode} is not one: set rollout.mode to one of {able}"
+        )
+    if cfg.algo.filter_groups:
+        raise ConfigError(
+            f"teacher.kind={t.kind} cannot run with algo.filter_groups=true: it drops whole "
+            "groups, and their labelled states with them; set algo.filter_groups=false"
+        )
 
 
 class Teacher(Protocol):

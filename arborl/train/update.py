@@ -1,5 +1,7 @@
 """The PPO-family update over a step-view Batch: minibatches, token-budget micro-batches,
 gradient accumulation and clipping, NaN guards — written once for 1 process or N ranks.
+The policy loss is `algo.loss`'s record (`arborl.algos.policy_loss`): this module calls
+its function and knows no loss by name.
 
 The actor and critic loops (`actor_update`, `critic_fit`) take a list of minibatches (this
 rank's rows of each; `info["num_seqs"]`/`info["num_tokens"]` hold the counts of the whole
@@ -21,7 +23,7 @@ Each micro-batch is cut to its own longest prompt and response, so short rows do
 for the batch's longest one.
 
 Rows of scored choices (`agent.action_mode=score`, the `CHOICE_KEYS` of
-`arborl.rollout.batching`) go through the same loss code: `response_logp` gives each such
+`arborl.rollout.batching`, declared by the batch: `holds_choices`) go through the same loss code: `response_logp` gives each such
 row one "token", the chosen candidate's log-probability under the categorical recomputed
 from its candidates, and the entropy of that categorical, so the ratio, clipping, KL
 (`score_rows` for the reference) and entropy are the categorical's. Generated rows never
@@ -42,6 +44,7 @@ from arborl import algos
 from arborl.data import Batch
 from arborl.models.candidates import candidate_token_logp, choice_entropy, choice_logp
 from arborl.models.scoring import distinct_rows, response_logits
+from arborl.rollout.batching import holds_choices
 from arborl.train import memory
 from arborl.train.distill import distill_term
 
@@ -70,7 +73,7 @@ def micro_batches(
         p_len = int(batch.info["prompt_length"])
         prompts = attn[:, :p_len].sum(-1).tolist()
         responses = batch.tensors["response_mask"].sum(-1).long().tolist()
-        if "cand_mask" in batch.tensors:  # scored choices: every candidate's tokens run
+        if holds_choices(batch):  # scored choices: every candidate's tokens run
             responses = batch.tensors["cand_mask"].sum((1, 2)).long().tolist()
     else:
         prompts, responses = attn.sum(-1).tolist(), [0] * len(batch)
@@ -134,7 +137,7 @@ def response_logp(
     `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
     only: one softmax over the response logits, no extra memory kept for backward).
     Rows of scored choices: `choice_response_logp` (which fills `choices`, if given)."""
-    if "cand_ids" in mb.tensors:
+    if holds_choices(mb):
         return choice_response_logp(
             model, mb, prompt_len, temperature, with_entropy, entropy_grad, choices
         )
@@ -382,10 +385,8 @@ def _micro_loss(
     common = dict(
         max_len=int(mb.info.get("response_length", a)), num_seqs=num_seqs, num_tokens=num_tokens
     )
-    loss, pstats = algos.ppo_policy_loss(
-        logp, old, adv, mask, algo.clip_low, algo.clip_high, algo.dual_clip, agg=algo.loss_agg,
-        **common,
-    )  # fmt: skip
+    policy_loss, options = algo.policy_loss()  # `algo.loss`'s record (ppo_clip, cispo, ...)
+    loss, pstats = policy_loss.fn(logp, old, adv, mask, algo, options, agg=algo.loss_agg, **common)
     stats = {f"actor/{k}": float(v) for k, v in pstats.items()}
     stats["actor/pg_loss"] = float(loss.detach())
     if kl_coef > 0 and not algo.kl_in_reward:

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from arborl.agent.config import ACTION_MODES
 from arborl.config import ConfigError
 from arborl.train.config import TrainConfig
 from arborl.train.engine import LocalEngine
@@ -52,11 +53,13 @@ class VLLMEngine(LocalEngine):
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
         super().check_config(cfg)
-        if cfg.agent.action_mode == "score":
+        action = ACTION_MODES.get(cfg.agent.action_mode)
+        if action.needs_local_model:
+            local = [n for n in ACTION_MODES if not ACTION_MODES[n].needs_local_model]
             raise ConfigError(
-                "agent.action_mode=score scores candidates with the policy's forward pass; "
-                "the vLLM engine only generates (prompt logprobs are not wired in): use "
-                "trainer.engine=local (or ray) for scoring, or agent.action_mode=generate"
+                f"agent.action_mode={action.name!r} needs a local model (it runs the "
+                "policy's forward pass), and the vLLM engine only generates: set "
+                f"agent.action_mode to one of {local}, or trainer.engine=local (or ray)"
             )
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None) -> None:

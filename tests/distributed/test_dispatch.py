@@ -90,6 +90,7 @@ def test_merge_relays_step_rows_to_the_common_prompt_and_response_columns():
 def test_merge_pads_scored_choices_to_the_common_candidates():
     # Score mode: worker a saw 1 candidate of 2 tokens, worker b 2 candidates of up to 3.
     a, b = _step_part([[1, 2]], [[3]], 0), _step_part([[4]], [[5]], 1)
+    a.info["scored_choices"] = b.info["scored_choices"] = True  # as build_step_batch declares
     a.tensors.update(
         cand_ids=torch.tensor([[[3, 0]]]),
         cand_mask=torch.tensor([[[1, 1]]]),

@@ -49,6 +49,7 @@ def test_every_action_is_one_of_the_envs_and_the_batch_recomputes_the_choice(pol
     rows = len(b)
     assert rows == sum(len(t.steps) for t in res.trajectories)
     assert set(CHOICE_KEYS) <= set(b.tensors)
+    assert b.info["scored_choices"] is True  # declared, not guessed from the columns
     assert b.tensors["response_mask"].shape == (rows, 1) == b.tensors["old_logp"].shape
     ids, mask = b.tensors["cand_ids"], b.tensors["cand_mask"]
     assert ids.shape[:2] == (rows, 4) and mask.shape == ids.shape  # Maze: 4 moves

@@ -26,6 +26,7 @@ def episode_result(policy, backend):
 def test_step_view_layout(step_result):
     b, eps = step_result.batch, step_result.episodes
     p_len, a_len = b.info["prompt_length"], b.info["response_length"]
+    assert b.info["scored_choices"] is False  # generated rows, declared by the batch
     rows = [(ep, i, t) for ep in eps for i, t in enumerate(ep.turns)]
     assert len(b) == len(rows) == sum(len(ep.turns) for ep in eps)
     assert b["input_ids"].shape == b["attention_mask"].shape == (len(rows), p_len + a_len)

@@ -91,7 +91,9 @@ def test_engines_that_cannot_score_refuse_before_any_work(tmp_path):
     from arborl.train.vllm_engine import VLLMEngine
 
     cfg = load_train_config([*TOY, "trainer.engine=vllm", f"trainer.output_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match="agent.action_mode=score.*vLLM engine"):
+    with pytest.raises(
+        ConfigError, match="agent.action_mode=.score. needs a local model.*vLLM engine"
+    ):
         VLLMEngine.check_config(cfg)
     with pytest.raises(ConfigError, match="rollout.mode='tree'"):
         load_train_config([*TOY, "rollout.mode=tree"])

@@ -6,8 +6,15 @@ from dataclasses import replace
 
 import pytest
 
+from arborl.config import ConfigError
 from arborl.train.config import load_train_config
-from arborl.train.rollout_modes import ROLLOUT_MODES, check_rollout_mode, rollout_step
+from arborl.train.rollout_modes import (
+    ROLLOUT_MODES,
+    RolloutMode,
+    check_rollout_mode,
+    register_rollout_mode,
+    rollout_step,
+)
 
 
 def test_modes_and_config_checks():
@@ -18,7 +25,9 @@ def test_modes_and_config_checks():
         load_train_config(["rollout.mode=tre"])
     with pytest.raises(ValueError, match=r"rollout.mode='tree' needs view in \['step'\]"):
         check_rollout_mode(replace(cfg.rollout, view="episode"))
-    with pytest.raises(ValueError, match=r"rollout.async_envs=true is for rollout.mode='flat'"):
+    with pytest.raises(
+        ValueError, match=r"rollout.async_envs=true needs a mode .*\(rollout.mode in \['flat'\]\)"
+    ):
         load_train_config(["rollout.mode=tree", "rollout.async_envs=true"])
     assert load_train_config(["rollout.async_envs=true"]).rollout.async_envs is True
     with pytest.raises(ValueError, match=r"search.budget=0 must be an int >= 1"):
@@ -36,7 +45,7 @@ def test_rollout_step_calls_the_configured_mode():
         calls.append((seeds, rollout_cfg.seed, cfg.search.algo, split))
         return "result"
 
-    ROLLOUT_MODES.register("fake-test", fake)
+    register_rollout_mode(RolloutMode("fake-test", fake))
     try:
         cfg = load_train_config(["search.algo=mcts"])
         cfg.rollout.mode = "fake-test"
@@ -68,3 +77,45 @@ def test_train_pool_builds_envs_with_the_rollouts_turn_limit():
             assert [env.max_turns for env in pool] == [expected, expected]
         finally:
             pool.close()
+
+
+def test_the_records_declare_what_the_modes_did_by_name_and_attribute():
+    flat, tree, agent = (ROLLOUT_MODES.get(n) for n in ("flat", "tree", "agent"))
+    assert (flat.async_envs, tree.async_envs, agent.async_envs) == (True, False, False)
+    assert (flat.views, tree.views, agent.views) == (("step", "episode"), ("step",), ("step",))
+    assert (flat.section, tree.section, agent.section) == (None, "search", "agent_program")
+    assert agent.evaluate_share == "arborl.train.agent_eval:evaluate_agent_share"
+    assert flat.evaluate_share is None and tree.evaluate_share is None
+
+
+def test_an_action_mode_without_a_capability_the_rollout_mode_needs_fails_at_load():
+    """Before: a check of the names `score` and `flat` (train/config.py), whose message did
+    not name the capability; now the records are asked and the error lists the fixes."""
+    for mode, capability in [("tree", "supports_tree"), ("agent", "supports_programs")]:
+        sets = [f"rollout.mode={mode}", "agent.action_mode=score", "agent_program.fn=m:f"]
+        with pytest.raises(ConfigError) as e:
+            load_train_config(sets)
+        assert str(e.value) == (
+            f"rollout.mode={mode!r} needs an action mode with {capability}, and "
+            "agent.action_mode='score' has not: set agent.action_mode to one of ['generate'] "
+            "or rollout.mode to one of ['flat']"
+        )
+    assert load_train_config(["agent.action_mode=score"]).agent.action_mode == "score"
+    with pytest.raises(ConfigError, match=r"rollout.mode=agent runs an agent program you"):
+        load_train_config(["rollout.mode=agent"])  # the agent mode's own check
+    with pytest.raises(ValueError, match=r"needs_action=\['supports_trees'\] are not ActionMode"):
+        register_rollout_mode(RolloutMode("typo", print, needs_action=("supports_trees",)))
+    assert "typo" not in ROLLOUT_MODES
+
+
+def test_the_vllm_engine_refuses_an_action_mode_that_needs_a_local_model():
+    from arborl.train.vllm_engine import VLLMEngine
+
+    cfg = load_train_config(["agent.action_mode=score"])
+    with pytest.raises(ConfigError) as e:
+        VLLMEngine.check_config(cfg)
+    assert str(e.value).startswith(
+        "agent.action_mode='score' needs a local model (it runs the policy's forward pass), "
+        "and the vLLM engine only generates: set agent.action_mode to one of ['generate']"
+    )
+    VLLMEngine.check_config(load_train_config([]))  # generate: nothing to refuse

@@ -229,3 +229,31 @@ def test_critic_scores_each_state_once_with_the_numbers_of_a_forward_per_row(rol
     )
     for (name, p), q in zip(grouped.named_parameters(), ref.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_a_registered_loss_trains_through_the_update_with_no_edit_to_it(rollout):
+    """`algo.loss` names a record; the update calls its function. A loss registered here
+    (half of PPO-clip) moves SGD weights by exactly half as much; CISPO on-policy (every
+    ratio 1, inside PPO's clip range, weight 1) takes PPO-clip's step."""
+    from arborl.algos.policy_loss import POLICY_LOSSES, ppo_clip, register_policy_loss
+
+    model, batch = rollout
+    algo = replace(AlgoConfig(), minibatch_size=len(batch), grad_clip=0.0)
+
+    @register_policy_loss("half_ppo")
+    def half_ppo(logp, old_logp, adv, mask, algo, options, **agg):
+        loss, stats = ppo_clip(logp, old_logp, adv, mask, algo, options, **agg)
+        return 0.5 * loss, stats
+
+    try:
+        ppo, up = _one_step(model, batch, algo)
+        half, up_half = _one_step(model, batch, replace(algo, loss="half_ppo"))
+        cispo, _ = _one_step(model, batch, replace(algo, loss="cispo"))
+    finally:
+        POLICY_LOSSES.unregister("half_ppo")
+    assert up_half.stats["actor/pg_loss"] == pytest.approx(0.5 * up.stats["actor/pg_loss"])
+    for p_ppo, p_half, p_cispo, p0 in zip(
+        ppo.parameters(), half.parameters(), cispo.parameters(), model.parameters()
+    ):
+        assert torch.allclose(p_half - p0, 0.5 * (p_ppo - p0), atol=1e-6)
+        assert torch.allclose(p_cispo, p_ppo, atol=1e-5)
