@@ -257,9 +257,13 @@ def minibatch_counts(mb: Batch) -> dict[str, float]:
     mask = mb.tensors["response_mask"]
     # Rows a teacher labelled for its term only carry no response tokens (`teacher_w`
     # rows, `arborl.train.distill`): the policy-gradient denominators leave them out.
-    seqs = max(float((mask.sum(-1) > 0).sum()), 1.0)
-    out = {"num_seqs": seqs, "num_tokens": max(float(mask.sum()), 1.0)}
-    if "teacher_w" in mb.tensors:  # rows a teacher labelled (`arborl.train.distill`)
+    labelled = "teacher_w" in mb.tensors
+    seqs = max(float((mask.sum(-1) > 0).sum()), 1.0) if labelled else float(len(mb))
+    out = {
+        "num_seqs": seqs,
+        "num_tokens": max(float(mask.sum()), 1.0) if labelled else float(mask.sum()),
+    }
+    if labelled:  # rows a teacher labelled (`arborl.train.distill`)
         out["num_labels"] = float((mb.tensors["teacher_w"] > 0).sum())
     return out
 

@@ -146,3 +146,15 @@ def test_rl_beside_a_decaying_teacher_term_with_mixing_and_a_buffer(tmp_path):
     buffered = [r["teacher/buffer_states"] for r in rows]
     assert buffered[0] < buffered[1] <= 150 and buffered[2] == 150
     assert all("actor/distill" in r and "actor/pg_loss" in r for r in rows)
+
+
+def test_label_only_rows_leave_the_policy_gradient_denominators_alone(labelled):
+    from arborl.train.update import minibatch_counts
+
+    d = Distillation(TeacherConfig(kind="oracle", buffer_size=1000))
+    d.rows(labelled[0], labelled[0], 0, True)
+    rows, _ = d.rows(labelled[1], labelled[1], 1, True)  # this step's rows + the buffer's
+    counts = minibatch_counts(rows)
+    n = len(labelled[1])  # score rows: one response token each
+    assert counts == {"num_seqs": n, "num_tokens": n, "num_labels": len(rows)}
+    assert len(rows) > n
