@@ -5,6 +5,7 @@ shapes: no I/O, no global state, and no imports from the rest of arborl, so trai
 search and tests can call it directly.
 """
 
+from arborl.algos.distill import choice_kl, linear_schedule, token_reverse_kl
 from arborl.algos.gigpo import GiGPOOutput, gigpo, step_discounted_returns
 from arborl.algos.group import (
     drgrpo,
@@ -46,6 +47,7 @@ __all__ = [
     "GiGPOOutput",
     "UnknownNameError",
     "aggregate",
+    "choice_kl",
     "discounted_returns",
     "drgrpo",
     "entropy_from_logits",
@@ -58,6 +60,7 @@ __all__ = [
     "grpo",
     "kl_penalized_rewards",
     "kl_penalty",
+    "linear_schedule",
     "make_kl_controller",
     "masked_mean",
     "masked_sum",
@@ -68,5 +71,6 @@ __all__ = [
     "reinforce_pp_baseline",
     "rloo",
     "step_discounted_returns",
+    "token_reverse_kl",
     "value_loss",
 ]

@@ -77,6 +77,12 @@ def check_ray_config(cfg: TrainConfig) -> None:
             "ray.placement=colocated runs rollout in the train ranks, which ray.train_resources "
             "places; ray.rollout_resources must stay empty (or use placement=split)"
         )
+    if cfg.teacher.enabled:
+        raise ConfigError(
+            f"teacher.kind={cfg.teacher.kind}: learning from a teacher runs with "
+            "trainer.engine=local so far (the rollout workers do not label states yet); set "
+            "trainer.engine=local"
+        )
     if not get_rollout_mode(cfg.rollout.mode).distributed:  # the record says where it runs
         able = [n for n in ROLLOUT_MODES.names() if get_rollout_mode(n).distributed]
         raise ConfigError(

@@ -24,6 +24,8 @@ step view (one row per turn, R rows), the layout verl-style trainers expect:
   cand_mask       (R, K, L) long  1 on real tokens (a slot of a row with < K candidates: 0)
   cand_norm       (R, K)   float  each candidate's score divisor (`agent.score_norm`)
   chosen          (R,)     long   index of the chosen candidate
+  teacher_p       (R, K)   float  a teacher's probabilities over the candidates (only when
+                                  a teacher labelled every turn: `arborl.train.distill`)
 
 episode view (one row per episode, E rows), the growing sequence exactly as generated:
   input_ids       (E, L) long   right-padded
@@ -156,12 +158,16 @@ def choice_tensors(turns: list[TurnRecord], pad_token_id: int) -> dict[str, torc
         ids += [[pad_token_id] * length] * (k - len(c.token_ids))
         mask += [[0] * length] * (k - len(c.token_ids))
         norm.append([*c.norms, *[1.0] * (k - len(c.norms))])
-    return {
+    out = {
         "cand_ids": torch.tensor(ids, dtype=torch.long).view(num_rows, k, length),
         "cand_mask": torch.tensor(mask, dtype=torch.long).view(num_rows, k, length),
         "cand_norm": torch.tensor(norm, dtype=torch.float32).view(num_rows, k),
         "chosen": torch.tensor([t.choice.chosen for t in turns], dtype=torch.long),
     }
+    if all(t.choice.teacher_p is not None for t in turns):  # labelled by a teacher
+        p = [[*t.choice.teacher_p, *[0.0] * (k - len(t.choice.teacher_p))] for t in turns]
+        out["teacher_p"] = torch.tensor(p, dtype=torch.float32).view(num_rows, k)
+    return out
 
 
 def pad_choices(batch: Batch, num_candidates: int, length: int, pad_token_id: int) -> Batch:
@@ -175,6 +181,8 @@ def pad_choices(batch: Batch, num_candidates: int, length: int, pad_token_id: in
     tensors["cand_ids"] = F.pad(tensors["cand_ids"], pad3, value=pad_token_id)
     tensors["cand_mask"] = F.pad(tensors["cand_mask"], pad3)
     tensors["cand_norm"] = F.pad(tensors["cand_norm"], (0, num_candidates - k), value=1.0)
+    if "teacher_p" in tensors:  # no teacher mass on a padding slot
+        tensors["teacher_p"] = F.pad(tensors["teacher_p"], (0, num_candidates - k))
     return Batch(tensors, batch.meta, dict(batch.info))
 
 

@@ -36,6 +36,11 @@ class ScoredChoice:
     logp: float
     """Log-probability of the chosen candidate under the categorical, at the rollout
     temperature (the `old_logp` of its training row)."""
+    teacher_p: list[float] | None = None
+    """A teacher's probabilities over `actions` (learning from a teacher,
+    `arborl.train.distill`); None when no teacher labelled this state."""
+    teacher_acted: bool = False
+    """The teacher's action was executed here instead of the student's (DAgger's mix)."""
 
 
 @dataclass

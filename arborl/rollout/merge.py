@@ -32,7 +32,7 @@ def _relayout_step(b: Batch, p_len: int, a_len: int, pad_id: int) -> Batch:
             prompt = F.pad(v[:, :p0], (p_len - p0, 0), value=fill)
             response = F.pad(v[:, p0:], (0, a_len - a0), value=fill)
             tensors[k] = torch.cat([prompt, response], dim=1)  # (R, P + A)
-        elif v.dim() == 2 and v.shape[1] == a0 and k != "cand_norm":
+        elif v.dim() == 2 and v.shape[1] == a0 and k not in ("cand_norm", "teacher_p"):
             tensors[k] = F.pad(v, (0, a_len - a0))  # (R, A) response-aligned
         else:
             tensors[k] = v

@@ -284,3 +284,12 @@ register_algorithm(
                   "value_clip": 0.2, "drop_zero_adv": False},
     )
 )  # fmt: skip
+
+
+def _distill_rows(batch: Batch, rewards: torch.Tensor, algo, values=None):
+    """No policy-gradient signal: the update is the `teacher` section's distillation term
+    alone (`arborl.train.distill`), on every row."""
+    return torch.zeros(len(batch)), None, {}
+
+
+register_algorithm(Algorithm("distill", "step", _distill_rows, defaults={"drop_zero_adv": False}))

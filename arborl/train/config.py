@@ -21,6 +21,7 @@ from arborl.rollout.config import RolloutConfig
 from arborl.search.config import SearchConfig
 from arborl.train.correction_config import CorrectionConfig
 from arborl.train.ray_config import RayConfig
+from arborl.train.teacher import TeacherConfig, check_teacher
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 """Where group YAML files live in a source checkout (`configs/env/*.yaml`, ...)."""
@@ -425,6 +426,9 @@ class TrainConfig:
     """Run length, outputs, checkpoints, the engine."""
     ray: RayConfig = field(default_factory=RayConfig)
     """The Ray engine's settings (read only with `trainer.engine=ray`)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """Learn from a teacher on the student's own states (DAgger, on-policy distillation;
+    off until `teacher.kind` is set; `algo=distill` trains its term alone)."""
 
     def validate(self, prefix: str = "config") -> None:
         from arborl.train.rollout_modes import check_modes
@@ -438,6 +442,7 @@ class TrainConfig:
                 "rewards, advantages and update read step-view rows); set rollout.view=step "
                 "(the episode view serves `run_rollout` and rescoring checks)"
             )
+        check_teacher(self)  # the teacher section against the rest (arborl.train.teacher)
 
 
 def load_train_config(

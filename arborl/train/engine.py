@@ -42,6 +42,7 @@ from arborl.rollout import CHOICE_KEYS, RolloutConfig
 from arborl.rollout.batching import holds_choices
 from arborl.train import build, sft
 from arborl.train.config import TrainConfig
+from arborl.train.distill import TeacherRollout
 from arborl.train.evaluate import EvalResult, evaluate_policy
 from arborl.train.memory import resolve_micro_batch_tokens
 from arborl.train.rollout_modes import RunServices, rollout_step
@@ -222,6 +223,8 @@ class LocalEngine:
         self.opt, self.sched = build.build_optimizer(cfg, self.model)
         self.pools = build.build_pool_set(cfg)  # the run's envs and workers, until `close`
         self.services = RunServices()  # started on first use, until `close`
+        self.teacher = TeacherRollout(cfg) if cfg.teacher.enabled else None
+        """Labels and mixes each step's episodes (`arborl.train.distill`); None: off."""
         try:
             self.pool = build.build_train_pool(cfg, pools=self.pools)
             # `algo.*` with the update's micro-batch token budget resolved, once the run's
@@ -245,12 +248,16 @@ class LocalEngine:
     def rollout(self, plan: RolloutPlan, upcoming: RolloutPlan | None = None) -> RolloutOutput:
         c = self.cfg
         backend = self.generation_backend()
+        metrics: dict[str, float] = {}
         with build.compute_dtype(c, self.model):
-            res = rollout_step(
-                backend, self.tokenizer, self.pool, seeds=plan.seeds, rollout_cfg=plan.rollout,
-                cfg=c, split=c.env.train_split, services=self.services,
-            )  # fmt: skip
-        return RolloutOutput(res.batch, res.trajectories, res.stats)
+            if self.teacher is not None:  # learn from a teacher: labelled, mixed episodes
+                res, metrics = self.teacher.rollout(backend, self.tokenizer, self.pool, plan)
+            else:
+                res = rollout_step(
+                    backend, self.tokenizer, self.pool, seeds=plan.seeds, rollout_cfg=plan.rollout,
+                    cfg=c, split=c.env.train_split, services=self.services,
+                )  # fmt: skip
+        return RolloutOutput(res.batch, res.trajectories, res.stats, metrics)
 
     def reference_logp(self, batch: Batch, temperature: float) -> torch.Tensor:
         with build.compute_dtype(self.cfg, self.ref):

@@ -44,6 +44,7 @@ from arborl.train.correction import correct_rows, resolve_correction
 from arborl.train.diagnostics import (
     group_diagnostics,
 )
+from arborl.train.distill import TEACHER_KEYS, Distillation
 from arborl.train.engine import (
     ACTOR_KEYS,
     CRITIC_KEYS,
@@ -96,6 +97,8 @@ class RLTrainer:
         self.reward_fns = build_reward_fns(cfg.reward)  # loads reward.rm_model for `rm`
         self.engine: Engine = engine if engine is not None else engine_cls(cfg, self.run.path)
         self.algorithm = get_algorithm(cfg.algo.name)
+        self.distill = Distillation(cfg.teacher) if cfg.teacher.enabled else None
+        """Learning from a teacher (`arborl.train.distill`), None without `teacher.kind`."""
         self.kl_ctl = build_kl_controller(cfg)
         self.gen = torch.Generator().manual_seed(cfg.trainer.seed)
         self.task_seeds = (  # a task file replaces random seeds (checked here, before work)
@@ -147,6 +150,9 @@ class RLTrainer:
         self._count_env_errors(errors)
         temperature = plan.rollout.temperature
         batch, train, metrics = self._advantages(batch, trajectories, temperature, timer)
+        if self.distill is not None and len(batch):  # the teacher's labelled rows join
+            train, teacher_metrics = self.distill.rows(batch, train, self.step, a.drop_zero_adv)
+            metrics.update(teacher_metrics)
         # with the episodes whose reward a source made non-finite (`_advantages`)
         metrics["rollout/env_errors"] = float(len(errors) + metrics.get("rollout/env_errors", 0))
         n_err, why = int(metrics["rollout/env_errors"]), first_reason(out.trajectories)
@@ -160,6 +166,7 @@ class RLTrainer:
         with timer.phase("update"):
             if len(train):
                 keys = ACTOR_KEYS + choice_keys(train)
+                keys += tuple(k for k in TEACHER_KEYS if k in train)
                 keys += tuple(k for k in ("ref_logp", "is_weight") if k in train)
                 actor_mbs = minibatch_schedule(train.select(*keys), a, self.gen)
                 critic_mbs = (

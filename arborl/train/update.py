@@ -47,6 +47,7 @@ from arborl.models.candidates import candidate_token_logp, choice_entropy, choic
 from arborl.models.scoring import distinct_rows, response_logits
 from arborl.rollout.batching import holds_choices
 from arborl.train import memory
+from arborl.train.distill import distill_term
 
 
 @dataclass
@@ -130,15 +131,17 @@ def _trim(mb: Batch, prompt_len: int) -> tuple[torch.Tensor, torch.Tensor, int, 
 
 def response_logp(
     model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool,
-    entropy_grad: bool = True,
+    entropy_grad: bool = True, choices: dict | None = None,
 ):  # fmt: skip
     """(B, A') logprobs of the response tokens (and entropies) of micro-batch `mb`.
 
     `entropy_grad=False` computes the entropies outside the autograd graph (a diagnostic
     only: one softmax over the response logits, no extra memory kept for backward).
-    Rows of scored choices: `choice_response_logp`."""
+    Rows of scored choices: `choice_response_logp` (which fills `choices`, if given)."""
     if holds_choices(mb):
-        return choice_response_logp(model, mb, prompt_len, temperature, with_entropy, entropy_grad)
+        return choice_response_logp(
+            model, mb, prompt_len, temperature, with_entropy, entropy_grad, choices
+        )
     ids, attn, p, a = _trim(mb, prompt_len)
     logits = response_logits(model, ids, attn, p, a).float()  # (B, A', V); no copy if fp32
     if temperature > 0 and temperature != 1.0:
@@ -154,12 +157,14 @@ def response_logp(
 
 def choice_response_logp(
     model, mb: Batch, prompt_len: int, temperature: float, with_entropy: bool,
-    entropy_grad: bool = True,
+    entropy_grad: bool = True, choices: dict | None = None,
 ):  # fmt: skip
     """`response_logp` of rows of scored choices: (B, 1) log-probability of each row's
     chosen candidate under its categorical at `temperature`, (B, 1) the categorical's
     entropy (or None), and A' = 1. The candidates are scored with
-    `arborl.models.candidates.candidate_token_logp`, the rollout's own function."""
+    `arborl.models.candidates.candidate_token_logp`, the rollout's own function.
+    `choices`, if given, receives the whole categorical: `logp` (B, K) and `valid`
+    (B, K) (the teacher's term reads it: `arborl.train.distill.distill_term`)."""
     ids, attn, p, _ = _trim(mb, prompt_len)
     cand_mask = mb.tensors["cand_mask"]
     length = int(cand_mask.sum(-1).max())  # (B, K, L) -> longest candidate of mb
@@ -168,6 +173,8 @@ def choice_response_logp(
     valid = cand_mask.bool().any(-1)  # (B, K)
     logp_all = choice_logp(token_logp, mb.tensors["cand_norm"], valid, temperature)  # (B, K)
     logp = logp_all.gather(-1, mb.tensors["chosen"][:, None])  # (B, 1)
+    if choices is not None:
+        choices.update(logp=logp_all, valid=valid)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
@@ -221,7 +228,7 @@ LOCAL = LocalComm()
 
 # Stats of `_micro_loss` computed with the minibatch's global denominators: they add up
 # over micro-batches and ranks. MEANS are token-weighted means; ratio_max is a max.
-ADDITIVE = ("actor/pg_loss", "actor/kl", "actor/entropy")
+ADDITIVE = ("actor/pg_loss", "actor/kl", "actor/entropy", "actor/distill")
 MEANS = (
     "actor/clipfrac",
     "actor/clipfrac_dual",
@@ -246,8 +253,20 @@ def minibatch_schedule(batch: Batch, algo, generator: torch.Generator) -> list[B
 
 def minibatch_counts(mb: Batch) -> dict[str, float]:
     """`num_seqs` and `num_tokens` (response tokens) of a whole minibatch."""
-    tokens = float(mb.tensors["response_mask"].sum()) if "response_mask" in mb.tensors else 0.0
-    return {"num_seqs": float(len(mb)), "num_tokens": tokens}
+    if "response_mask" not in mb.tensors:
+        return {"num_seqs": float(len(mb)), "num_tokens": 0.0}
+    mask = mb.tensors["response_mask"]
+    # Rows a teacher labelled for its term only carry no response tokens (`teacher_w`
+    # rows, `arborl.train.distill`): the policy-gradient denominators leave them out.
+    labelled = "teacher_w" in mb.tensors
+    seqs = max(float((mask.sum(-1) > 0).sum()), 1.0) if labelled else float(len(mb))
+    out = {
+        "num_seqs": seqs,
+        "num_tokens": max(float(mask.sum()), 1.0) if labelled else float(mask.sum()),
+    }
+    if labelled:  # rows a teacher labelled (`arborl.train.distill`)
+        out["num_labels"] = float((mb.tensors["teacher_w"] > 0).sum())
+    return out
 
 
 def _grouped_micro_batches(shard: Batch | None, max_tokens: int | None) -> list[Batch]:
@@ -287,7 +306,15 @@ def actor_update(
         with comm.gathered(model):
             for mb in _grouped_micro_batches(shard, algo.micro_batch_tokens):
                 loss, st = _micro_loss(
-                    model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens
+                    model,
+                    mb,
+                    algo,
+                    prompt_len,
+                    temperature,
+                    kl_coef,
+                    num_seqs,
+                    num_tokens,
+                    float(info.get("num_labels", 0.0)),
                 )
                 if not torch.isfinite(loss):
                     finite = 0.0
@@ -315,7 +342,7 @@ def actor_update(
             continue
         optimizer.step()
         totals = dict(zip(ADDITIVE, red[2 : 2 + len(ADDITIVE)]))
-        mstats = {k: v for k, v in totals.items() if _had(k, kl_coef, algo)}
+        mstats = {k: v for k, v in totals.items() if _had(k, kl_coef, algo, info)}
         for k, v in zip(MEANS, red[2 + len(ADDITIVE) :]):
             mstats[k] = v / max(red[1], 1e-12)
         mstats["actor/ratio_max"] = red_max
@@ -331,18 +358,24 @@ def actor_update(
     return UpdateResult(stats, skipped)
 
 
-def _had(key: str, kl_coef: float, algo) -> bool:
-    """Did `_micro_loss` produce this optional stat (the KL term)? Entropy always is."""
+def _had(key: str, kl_coef: float, algo, info: dict) -> bool:
+    """Did `_micro_loss` produce this optional stat (the KL or the teacher's term)?
+    Entropy always is."""
     if key == "actor/kl":
         return kl_coef > 0 and not algo.kl_in_reward
+    if key == "actor/distill":
+        return "num_labels" in info
     return True
 
 
-def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens):
+def _micro_loss(
+    model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num_tokens, num_labels=0.0
+):
     # Entropy is always measured (a diagnostic); it joins the loss, and the graph, only
     # with an entropy bonus.
     bonus = algo.entropy_coef > 0
-    logp, entropy, a = response_logp(model, mb, prompt_len, temperature, True, bonus)
+    choices: dict = {}
+    logp, entropy, a = response_logp(model, mb, prompt_len, temperature, True, bonus, choices)
     mask = mb.tensors["response_mask"][:, :a]
     old = mb.tensors["old_logp"][:, :a]
     adv = mb.tensors["adv"] * mb.tensors["weight"]  # (B,) episode weighting scales rows
@@ -367,6 +400,10 @@ def _micro_loss(model, mb, algo, prompt_len, temperature, kl_coef, num_seqs, num
     if bonus:
         loss = loss - algo.entropy_coef * ent
     stats["actor/entropy"] = float(ent.detach())
+    if "teacher_w" in mb.tensors:  # learn from a teacher: its term beside the PG loss
+        term = distill_term(choices["logp"], choices["valid"], mb, num_labels)
+        loss = loss + term
+        stats["actor/distill"] = float(term.detach())
     return loss, stats
 
 
