@@ -121,9 +121,16 @@ def test_dagger_on_the_students_own_states_breaks_that_ceiling(tmp_path):
     # from a small SFT start (32 demos), 12 steps of oracle labels on the student's own
     # states (~2k labels, as many as the SFT arm's): it learns to climb out of the trap
     s, run = _ledge_run(
-        tmp_path, "dagger", 12, "algo=distill", "teacher.kind=oracle", "sft.num_demos=32",
-        "sft.steps=150", "algo.ppo_epochs=2", "algo.minibatch_size=32",
-    )  # fmt: skip
+        tmp_path,
+        "dagger",
+        12,
+        "algo=distill",
+        "teacher.kind=oracle",
+        "sft.num_demos=32",
+        "sft.steps=150",
+        "algo.ppo_epochs=2",
+        "algo.minibatch_size=32",
+    )
     before, after = s["before"]["success"], s["after"]["success"]
     assert before < 0.5 and after > 0.8 and after - before > 0.3, (before, after)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
@@ -134,11 +141,23 @@ def test_dagger_on_the_students_own_states_breaks_that_ceiling(tmp_path):
 
 def test_rl_beside_a_decaying_teacher_term_with_mixing_and_a_buffer(tmp_path):
     s, run = _ledge_run(
-        tmp_path, "mix", 3, "algo=grpo", "teacher.kind=oracle", "teacher.coef=1",
-        "teacher.coef_end=0", "teacher.coef_steps=2", "teacher.beta=1", "teacher.beta_end=0",
-        "teacher.beta_steps=2", "teacher.buffer_size=150", "sft.num_demos=8", "sft.steps=10",
-        "eval.num_episodes=16", "rollout.num_tasks=2",
-    )  # fmt: skip
+        tmp_path,
+        "mix",
+        3,
+        "algo=grpo",
+        "teacher.kind=oracle",
+        "teacher.coef=1",
+        "teacher.coef_end=0",
+        "teacher.coef_steps=2",
+        "teacher.beta=1",
+        "teacher.beta_end=0",
+        "teacher.beta_steps=2",
+        "teacher.buffer_size=150",
+        "sft.num_demos=8",
+        "sft.steps=10",
+        "eval.num_episodes=16",
+        "rollout.num_tasks=2",
+    )
     rows = [r for r in map(json.loads, (run / "metrics.jsonl").open()) if "teacher/coef" in r]
     assert [r["teacher/coef"] for r in rows] == [1.0, 0.5, 0.0]
     assert [r["teacher/beta"] for r in rows] == [1.0, 0.5, 0.0]

@@ -24,9 +24,15 @@ def rule_teacher(observation, actions, info):
 
 def _cfg(*overrides):
     return load_train_config(
-        ["model.name_or_path=tiny-0.1m", f"env.id={LedgeEnv.env_id}", "env.kwargs={}",
-         "agent.action_mode=score", "algo=distill", *overrides]
-    )  # fmt: skip
+        [
+            "model.name_or_path=tiny-0.1m",
+            f"env.id={LedgeEnv.env_id}",
+            "env.kwargs={}",
+            "agent.action_mode=score",
+            "algo=distill",
+            *overrides,
+        ]
+    )
 
 
 def _rollout(cfg, labels, beta=0.0):
@@ -52,12 +58,18 @@ def test_callable_teacher_is_normalised_cached_and_hard_on_request():
     # 8 episodes start in the same state "s0": the teacher saw each distinct state once
     assert len(CALLS) == len(set(CALLS)) == labels.cost.states < len(turns)
     assert labels.cost.cache_hits == len(turns) - labels.cost.states
-    hard = build_teacher_labels(_cfg("teacher.kind=callable", "teacher.label=action",
-                                     f"teacher.source={__name__}:rule_teacher"))  # fmt: skip
+    hard = build_teacher_labels(
+        _cfg(
+            "teacher.kind=callable",
+            "teacher.label=action",
+            f"teacher.source={__name__}:rule_teacher",
+        )
+    )
     res, _ = _rollout(cfg, hard)
     assert {tuple(t.choice.teacher_p) for ep in res.episodes for t in ep.turns} <= {
-        (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
-    }  # fmt: skip
+        (1.0, 0.0, 0.0),
+        (0.0, 0.0, 1.0),
+    }
 
 
 def test_model_teacher_scores_the_candidates_with_its_own_forward():
@@ -124,5 +136,7 @@ def test_teacher_labels_cache_is_bounded():
 )  # fmt: skip
 def test_bad_teacher_settings_fail_at_load_naming_key_and_fix(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        _cfg(*[o for o in overrides if not o.startswith("algo=")],
-             *[o for o in overrides if o.startswith("algo=")])  # fmt: skip
+        _cfg(
+            *[o for o in overrides if not o.startswith("algo=")],
+            *[o for o in overrides if o.startswith("algo=")],
+        )
