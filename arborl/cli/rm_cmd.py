@@ -15,11 +15,9 @@ prints. `rm train` has one flag per `RMTrainConfig` field, documented by the fie
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -100,39 +98,13 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 # --- rm train ---------------------------------------------------------------------------------
-def _flag_type(tp: Any) -> tuple[Any, list | None]:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) is typing.Literal:
-        return str, list(typing.get_args(tp))
-    if args and typing.get_origin(tp) is not typing.Literal:  # Optional[X]
-        return _flag_type(args[0])
-    return tp, None
-
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--field-name` flag per dataclass field, its help the field's docstring."""
-    from arborl.config import field_docs
-
-    docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        tp, choices = _flag_type(hints[f.name])
-        help_text = f"{docs.get(f.name, '')} (default: {f.default!r})".replace("%", "%%")
-        if tp is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help_text)  # fmt: skip
-        else:
-            parser.add_argument(flag, dest=f.name, type=tp if tp in (int, float) else str,
-                                choices=choices, default=None, help=help_text)  # fmt: skip
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    from arborl.config import ConfigError, from_dict
+    from arborl.config import ConfigError
+    from arborl.config.flags import read_flags
     from arborl.train.rm import RMTrainConfig, train_reward_model
 
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RMTrainConfig)}
     try:
-        cfg = from_dict(RMTrainConfig, {k: v for k, v in given.items() if v is not None})
+        cfg = read_flags(RMTrainConfig, args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -276,6 +248,7 @@ def _add_data_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from arborl.config.flags import add_flags
     from arborl.train.rm_config import RMTrainConfig
 
     parser = subparsers.add_parser(
@@ -288,7 +261,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train an outcome or process reward model",
                        description="Train a reward model; one flag per RMTrainConfig field.")  # fmt: skip
-    add_config_flags(p, RMTrainConfig)
+    add_flags(p, RMTrainConfig, layered=True)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="pairwise / per-step accuracy and a calibration plot",
