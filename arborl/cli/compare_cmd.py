@@ -92,7 +92,16 @@ def _failures(result: dict, out: Path) -> int:
     return 1
 
 
+FLAG_KEYS = ("seeds", "start", "sft", "out", "level")
+"""The `CompareConfig` keys whose flags are generated from its fields (their help is the
+field's docstring); `arms` (--arm, --algos), `base` (the overrides) and `pairs` (--pair)
+have shapes a flag per field cannot say."""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    from arborl.config.flags import add_flags
+    from arborl.grid.compare import CompareConfig
+
     p = sub.add_parser(
         "compare",
         help="run, resume or collect a grid of runs (arms x seeds) and compare them, paired",
@@ -103,6 +112,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "differences between arms with their intervals and on how many seeds each led, and "
         "the training curves. Finished runs are collected, half-finished ones resumed from "
         "their last checkpoint (docs/training.md, 'Comparing recipes').",
+        epilog="--out alone resumes the grid it holds. What every run needs (env=NAME) goes "
+        "before --sft and --arm.",
     )
     p.add_argument(
         "overrides", nargs="*", help="key=value overrides every run shares (env=NAME, budget)"
@@ -117,20 +128,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--algos", nargs="+", metavar="ALGO", help="one arm per algorithm: NAME with algo=NAME"
     )
-    p.add_argument("--seeds", nargs="+", type=int, help="seeds of every arm (default 0 1 2)")
-    p.add_argument(
-        "--start",
-        default=None,
-        help="'sft' (default: one `arborl sft` run per seed), 'own' (each run trains its "
-        "own SFT start) or a policy folder / model name every run starts RL from",
-    )
-    p.add_argument(
-        "--sft",
-        nargs="+",
-        metavar="OVERRIDE",
-        help="overrides of the SFT start runs only: sft.*, model.*, trainer.* (what every run "
-        "needs, e.g. env=NAME, goes before --sft and --arm)",
-    )
     p.add_argument(
         "--pair",
         nargs=2,
@@ -138,12 +135,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar=("A", "B"),
         help="compare arm A minus arm B per seed (repeatable; default: every two arms)",
     )
-    p.add_argument("--level", type=float, default=None, help="interval level (default 0.95)")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="the grid's folder (default runs/compare); alone, it resumes the grid it holds",
-    )
+    add_flags(p, CompareConfig, only=FLAG_KEYS, layered=True)  # --seeds ... --level
     p.add_argument("--config", default=None, help="a YAML file of the grid's keys (grid.yaml)")
     p.add_argument("--collect", action="store_true", help="run nothing: compare what exists")
     p.add_argument(

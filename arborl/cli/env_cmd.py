@@ -22,6 +22,11 @@ import json
 import sys
 
 from arborl.cli.names import SPLITS
+from arborl.config.flags import add_flags, read_flags
+from arborl.serving.config import ServerConfig
+
+ENV_SERVE = ServerConfig(port=0)
+"""`arborl env serve`'s server flags (port 0: free ports) and their defaults."""
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -223,8 +228,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               "protocol takes env kwargs per session)", file=sys.stderr)  # fmt: skip
         return 2
     state = run_state_file(args.id)
-    servers = ReplicaSet(args.id, args.replicas, port=args.port, host=args.host,
-                         token=args.token, python=ctx["python"], spec=ctx["spec"],
+    server = read_flags(ENV_SERVE, args)
+    servers = ReplicaSet(args.id, args.replicas, port=server.port, host=server.host,
+                         token=server.token, python=ctx["python"], spec=ctx["spec"],
                          idle_timeout_s=args.idle_timeout_s, state_file=state,
                          log_dir=arborl_home() / "logs" / state.stem,
                          max_sessions=args.max_sessions,
@@ -336,12 +342,7 @@ def _register_package_commands(sub: argparse._SubParsersAction) -> None:
                        "drive any arborl env. See docs/security.md and docs/envs.md.")  # fmt: skip
     p.add_argument("id", help="env id (a package env or any registered env)")
     p.add_argument("--replicas", type=int, default=1, help="number of servers (default 1)")
-    p.add_argument("--port", type=int, default=0,
-                   help="first port; replicas use PORT..PORT+N-1 (default: free ports)")  # fmt: skip
-    p.add_argument("--host", default="127.0.0.1",
-                   help="bind address (default 127.0.0.1; 0.0.0.0 exposes the servers)")  # fmt: skip
-    p.add_argument("--token", default=None,
-                   help="bearer token (default $ARBORL_TOKEN, else generated and printed)")  # fmt: skip
+    add_flags(p, ENV_SERVE, only=("host", "port", "token"))
     p.add_argument("--idle-timeout-s", type=float, default=600.0,
                    help="close sessions unused this long (default 600)")  # fmt: skip
     p.add_argument(

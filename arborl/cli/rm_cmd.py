@@ -15,13 +15,17 @@ prints. `rm train` has one flag per `RMTrainConfig` field, documented by the fie
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
-import typing
 from pathlib import Path
 from typing import Any
+
+from arborl.config.flags import add_flags, read_flags
+from arborl.serving.config import ServerConfig
+
+RM_SERVE = ServerConfig(port=8600)
+"""`arborl rm serve`'s server flags and their defaults."""
 
 
 # --- rm data ----------------------------------------------------------------------------------
@@ -100,39 +104,12 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 # --- rm train ---------------------------------------------------------------------------------
-def _flag_type(tp: Any) -> tuple[Any, list | None]:
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) is typing.Literal:
-        return str, list(typing.get_args(tp))
-    if args and typing.get_origin(tp) is not typing.Literal:  # Optional[X]
-        return _flag_type(args[0])
-    return tp, None
-
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--field-name` flag per dataclass field, its help the field's docstring."""
-    from arborl.config import field_docs
-
-    docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        tp, choices = _flag_type(hints[f.name])
-        help_text = f"{docs.get(f.name, '')} (default: {f.default!r})".replace("%", "%%")
-        if tp is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help_text)  # fmt: skip
-        else:
-            parser.add_argument(flag, dest=f.name, type=tp if tp in (int, float) else str,
-                                choices=choices, default=None, help=help_text)  # fmt: skip
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    from arborl.config import ConfigError, from_dict
+    from arborl.config import ConfigError
     from arborl.train.rm import RMTrainConfig, train_reward_model
 
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RMTrainConfig)}
     try:
-        cfg = from_dict(RMTrainConfig, {k: v for k, v in given.items() if v is not None})
+        cfg = read_flags(RMTrainConfig, args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -181,18 +158,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from arborl.rewards.reward_model import RewardModel
     from arborl.rewards.rm_server import TOKEN_ENV, create_app, resolve_token
 
+    server = read_flags(RM_SERVE, args)
     torch.set_num_threads(args.num_threads)
-    token, generated = resolve_token(args.token, args.token_file)
+    token, generated = resolve_token(server.token, server.token_file)
     model = RewardModel.from_pretrained(args.model)
     app = create_app(model, token, args.model_name or args.model, args.max_trajectories,
                      args.batch_size, args.max_steps, args.max_chars,
-                     max_request_s=args.max_request_s)  # fmt: skip
+                     max_request_s=server.max_request_s)  # fmt: skip
     if generated:
         print(f"no --token or {TOKEN_ENV} given; generated token: {token}", flush=True)
         print(f"clients: export {TOKEN_ENV}={token}", flush=True)
-    print(f"serving {model.kind} reward model {args.model} on http://{args.host}:{args.port}",
+    print(f"serving {model.kind} reward model {args.model} on http://{server.host}:{server.port}",
           flush=True)  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=server.host, port=server.port, log_level=args.log_level)
     return 0
 
 
@@ -288,7 +266,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train an outcome or process reward model",
                        description="Train a reward model; one flag per RMTrainConfig field.")  # fmt: skip
-    add_config_flags(p, RMTrainConfig)
+    add_flags(p, RMTrainConfig, layered=True)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="pairwise / per-step accuracy and a calibration plot",
@@ -304,12 +282,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a reward model over HTTP (token auth)",
                        description="POST /v1/score scores trajectories; GET /health, /v1/info.")  # fmt: skip
     p.add_argument("model", help="reward model directory (from `arborl rm train`)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8600, help="TCP port (default 8600)")
-    p.add_argument("--token", default=None,
-                   help="bearer token clients must send (default: $ARBORL_TOKEN, else "
-                   "--token-file, else generated); a flag shows in ps")  # fmt: skip
-    p.add_argument("--token-file", default=None, help="read the bearer token from this file")
+    add_flags(p, RM_SERVE)
     p.add_argument("--model-name", default=None, help="name reported by /v1/info (default MODEL)")
     p.add_argument("--max-trajectories", type=int, default=1024,
                    help="most trajectories per request (more: HTTP 413)")  # fmt: skip
@@ -326,13 +299,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most characters of text per request (more: HTTP 413)",
     )
     p.add_argument("--batch-size", type=int, default=32, help="trajectories per forward pass")
-    p.add_argument(
-        "--max-request-s",
-        type=float,
-        default=300.0,
-        help="longest time one request may hold the model, in seconds; past it the client "
-        "gets 504 (default 300; 0: no limit). Requests take the model in arrival order",
-    )
     p.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     p.set_defaults(func=_cmd_serve)

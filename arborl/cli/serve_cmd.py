@@ -15,7 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from arborl.config.flags import add_flags, read_flags
+from arborl.serving.config import GatewayLimits, ServerConfig
+
 API_KEY_ENV = "ARBORL_API_KEY"
+SERVE = ServerConfig(port=8000)
+"""`arborl serve`'s server flags and their defaults."""
+KEY_FLAGS = {"token": "api-key", "token_file": "api-key-file"}
+"""`arborl serve` names its key flags --api-key and --api-key-file."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,11 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "/v1/chat/completions and /v1/models.",
     )
     p.add_argument("checkpoint", help="HF checkpoint directory or preset name (e.g. tiny-1m)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' "
-                   f"(default ${API_KEY_ENV}, else --api-key-file; a flag shows in ps)")  # fmt: skip
-    p.add_argument("--api-key-file", default=None, help="read the API key from this file")
+    add_flags(p, SERVE, rename=KEY_FLAGS)
     p.add_argument(
         "--max-tokens",
         type=int,
@@ -39,13 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-rows", type=int, default=256, help="largest prompts x n in one request (default 256)"
-    )
-    p.add_argument(
-        "--max-request-s",
-        type=float,
-        default=300.0,
-        help="longest time one request may hold the model, in seconds; past it the client "
-        "gets 504 (default 300; 0: no limit). Requests take the model in arrival order",
     )
     p.add_argument(
         "--tool-parser",
@@ -73,47 +69,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_session_limits(p: argparse.ArgumentParser) -> None:
-    """The recording gateway's session limits (`GatewayLimits`; docs/security.md)."""
-    p.add_argument(
-        "--session-timeout-s",
-        type=float,
-        default=600.0,
-        help="with --record: a session closes this long after it opened (default 600)",
-    )
-    p.add_argument(
-        "--idle-timeout-s",
-        type=float,
-        default=300.0,
-        help="with --record: a session closes this long after its last call (default 300)",
-    )
-    p.add_argument(
-        "--max-sessions",
-        type=int,
-        default=1024,
-        help="with --record: sessions open at once (default 1024); one more closes the least "
-        "recently used idle session, whose records are on disk already",
-    )
-    p.add_argument(
-        "--max-calls-per-session",
-        type=int,
-        default=256,
-        help="with --record: calls one session may make; past it 429 (default 256)",
-    )
-    p.add_argument(
-        "--max-pending",
-        type=int,
-        default=64,
-        help="with --record: calls in flight over all sessions; past it 503 (default 64)",
-    )
+    """The recording gateway's session limits: one flag per `GatewayLimits` field."""
+    group = p.add_argument_group("with --record: the session limits (docs/security.md)")
+    add_flags(group, GatewayLimits)
 
 
 def run(args: argparse.Namespace) -> int:
     from arborl.serving import check_bind, resolve_key
 
-    key, _ = resolve_key(args.api_key, API_KEY_ENV, args.api_key_file)
-    check_bind(args.host, key, "--api-key")
+    server = read_flags(SERVE, args, rename=KEY_FLAGS)
+    key, _ = resolve_key(server.token, API_KEY_ENV, server.token_file)
+    check_bind(server.host, key, "--api-key")
     if not key:
-        print(f"WARNING: arborl serve has no API key: every route on {args.host}:{args.port} "
+        print(f"WARNING: arborl serve has no API key: every route on {server.host}:{server.port} "
               f"is open to any local user; set ${API_KEY_ENV} or --api-key-file "
               "(docs/security.md)", file=sys.stderr, flush=True)  # fmt: skip
     import uvicorn
@@ -135,26 +103,18 @@ def run(args: argparse.Namespace) -> int:
 
         gateway = Gateway(backend, tokenizer, name, api_key=key, limits=gateway_limits(args),
                           auto_sessions=True, record_dir=args.record, open_access=not key,
-                          tool_parser=args.tool_parser, max_request_s=args.max_request_s,
+                          tool_parser=args.tool_parser, max_request_s=server.max_request_s,
                           max_tokens_limit=args.max_tokens, max_rows=args.max_rows)  # fmt: skip
         print(f"recording every call to {args.record}/<session>.jsonl", file=sys.stderr)
-        uvicorn.run(gateway.app, host=args.host, port=args.port, log_level="info")
+        uvicorn.run(gateway.app, host=server.host, port=server.port, log_level="info")
         return 0
     app = create_app(backend, tokenizer, name, api_key=key,
                      max_tokens_limit=args.max_tokens, max_rows=args.max_rows,
-                     max_request_s=args.max_request_s, tool_parser=args.tool_parser)  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+                     max_request_s=server.max_request_s, tool_parser=args.tool_parser)  # fmt: skip
+    uvicorn.run(app, host=server.host, port=server.port, log_level="info")
     return 0
 
 
-def gateway_limits(args: argparse.Namespace):
+def gateway_limits(args: argparse.Namespace) -> GatewayLimits:
     """The `GatewayLimits` of `--record` from the flags (their defaults are its defaults)."""
-    from arborl.generation.gateway import GatewayLimits
-
-    return GatewayLimits(
-        max_sessions=args.max_sessions,
-        max_calls_per_session=args.max_calls_per_session,
-        max_pending=args.max_pending,
-        session_timeout_s=args.session_timeout_s,
-        idle_timeout_s=args.idle_timeout_s,
-    )
+    return read_flags(GatewayLimits, args)

@@ -55,35 +55,10 @@ from arborl.generation.base import GenerationBackend, SamplingParams, row_seed
 from arborl.generation.calls import CallRecord, append_call
 from arborl.generation.server import MAX_ROWS, APIError, check_session_id, create_app
 from arborl.serving import DEFAULT_LIMITS, Limits, bearer_ok, check_bind
+from arborl.serving.config import GatewayLimits
 
 SESSION_PREFIX = "/s/"
 """URL prefix of a session's routes: `/s/<id>/v1/chat/completions`."""
-
-
-@dataclass(frozen=True)
-class GatewayLimits:
-    """What one gateway will hold at once, and for how long (each refusal names its field)."""
-
-    max_sessions: int = 1024
-    """Sessions open at once. Standalone (`auto_sessions`) one more closes the least recently
-    used session with no call in flight and no key (its records are on disk already; a
-    later call naming it opens it again); in training it is refused (503)."""
-    max_calls_per_session: int = 256
-    """Calls one session may make; past it 429 (an agent stuck in a loop ends there)."""
-    max_pending: int = 64
-    """Calls in flight (waiting for the model or generating) over all sessions; past it 503."""
-    session_timeout_s: float = 600.0
-    """A session closes this long after it opened (a caller's `timeout_s` may set less)."""
-    idle_timeout_s: float = 300.0
-    """A session closes this long after its last call (or its opening)."""
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if not value > 0:  # NaN too
-                raise ValueError(
-                    f"GatewayLimits.{name}={value} must be > 0 (`arborl serve "
-                    f"--{name.replace('_', '-')}`)"
-                )
 
 
 @dataclass
@@ -196,7 +171,7 @@ class Gateway:
         model_name: str = "policy",
         api_key: str | None = None,
         sampling: SamplingOverride | None = None,
-        limits: GatewayLimits = GatewayLimits(),
+        limits: GatewayLimits = GatewayLimits(),  # noqa: B008 (frozen: one shared value is safe)
         request_limits: Limits = DEFAULT_LIMITS,
         auto_sessions: bool = False,
         record_dir: str | Path | None = None,
