@@ -65,7 +65,8 @@ def test_help_strings(capsys):
             main(["env", sub, "--help"])
     out = capsys.readouterr().out
     assert (
-        "first port; replicas use PORT..PORT+N-1" in out and "rebuild even if already set up" in out
+        "--replicas N` uses PORT..PORT+N-1" in " ".join(out.split())  # ServerConfig.port's doc
+        and "rebuild even if already set up" in out
     )
     assert "context folder (default ./docker-<package>)" in out
 
