@@ -174,6 +174,17 @@ class Registry(Generic[T]):
         )
         return self._error(text)
 
+    def get_record(self, name: str, cls: type, key: str, fix: str, error: type = ValueError):
+        """`get(name)`, which must be a `cls` record: else `error` naming the config `key`,
+        what `name` names instead, and `fix` (how to register one)."""
+        record = self.get(name)
+        if not isinstance(record, cls):
+            raise error(
+                f"{key}={name!r} names a {type(record).__name__}, not an "
+                f"{cls.__module__}.{cls.__qualname__}; {fix}"
+            )
+        return record
+
     def names(self) -> list[str]:
         self._read_group()
         return sorted(self._entries)

@@ -101,13 +101,8 @@ def register_correction(record: Correction) -> Correction:
 
 def get_correction(name: str) -> Correction:
     """The record of `algo.correction.mode` (a registered name or a `"module:attr"`)."""
-    record = CORRECTIONS.get(name)
-    if not isinstance(record, Correction):
-        raise ValueError(
-            f"algo.correction.mode={name!r} names a {type(record).__name__}, not an "
-            "arborl.algos.correction.Correction; register one with `register_correction`"
-        )
-    return record
+    fix = "register one with `register_correction`"
+    return CORRECTIONS.get_record(name, Correction, "algo.correction.mode", fix)
 
 
 def _valid(log_ratio: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

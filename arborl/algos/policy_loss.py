@@ -67,14 +67,8 @@ def register_policy_loss(name: str, options: type | None = None) -> Callable[[Lo
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The record of `algo.loss=name` (a registered name or a `"module:attr"` of a record)."""
-    record = POLICY_LOSSES.get(name)
-    if not isinstance(record, PolicyLoss):
-        raise ValueError(
-            f"algo.loss={name!r} names a {type(record).__name__}, not an "
-            "arborl.algos.policy_loss.PolicyLoss; register the function with "
-            "`register_policy_loss` and name that"
-        )
-    return record
+    fix = "register the function with `register_policy_loss` and name that"
+    return POLICY_LOSSES.get_record(name, PolicyLoss, "algo.loss", fix)
 
 
 @register_policy_loss("ppo_clip")

@@ -93,14 +93,8 @@ def register_algorithm(record: Algorithm) -> Algorithm:
 
 def get_algorithm(name: str) -> Algorithm:
     """The record of `algo.name` (a registered name or a `"module:attr"` of a record)."""
-    record = ALGORITHMS.get(name)
-    if not isinstance(record, Algorithm):
-        raise ValueError(
-            f"algo.name={name!r} names a {type(record).__name__}, not an "
-            "arborl.train.advantages.Algorithm; register the estimator with "
-            "`episode_algorithm` (or `register_algorithm`) and name that record"
-        )
-    return record
+    fix = "register the estimator with `episode_algorithm` (or `register_algorithm`) and name that record"
+    return ALGORITHMS.get_record(name, Algorithm, "algo.name", fix)
 
 
 def algorithm_defaults(name: str) -> dict[str, Any] | None:

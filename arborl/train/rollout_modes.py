@@ -132,14 +132,8 @@ def get_rollout_mode(name: str) -> RolloutMode:
         renamed = [ROLLOUT_MODES[n] for n in ROLLOUT_MODES if name in _former(ROLLOUT_MODES[n])]
         if renamed:
             return renamed[0]
-    record = ROLLOUT_MODES.get(name)
-    if not isinstance(record, RolloutMode):
-        raise ValueError(
-            f"rollout.mode={name!r} names a {type(record).__name__}, not an "
-            "arborl.train.rollout_modes.RolloutMode; register a record with "
-            "`register_rollout_mode` and name that"
-        )
-    return record
+    fix = "register a record with `register_rollout_mode` and name that"
+    return ROLLOUT_MODES.get_record(name, RolloutMode, "rollout.mode", fix)
 
 
 def _former(record: Any) -> tuple[str, ...]:

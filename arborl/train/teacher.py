@@ -149,13 +149,8 @@ TEACHERS: Registry[TeacherKind] = Registry(
 
 
 def get_teacher_kind(name: str, prefix: str = "teacher") -> TeacherKind:
-    record = TEACHERS.get(name)
-    if not isinstance(record, TeacherKind):
-        raise ConfigError(
-            f"{prefix}.kind={name!r} names a {type(record).__name__}, not an "
-            "arborl.train.teacher.TeacherKind; register one with TEACHERS.register"
-        )
-    return record
+    fix = "register one with TEACHERS.register"
+    return TEACHERS.get_record(name, TeacherKind, f"{prefix}.kind", fix, ConfigError)
 
 
 def action_distribution(answer: Any, actions: list[str], who: str) -> list[float]:
