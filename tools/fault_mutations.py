@@ -188,8 +188,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "concurrent compare",
         "a compare takes an exclusive flock on its grid folder's .compare.lock",
         "arborl/grid/guard.py",
-        "            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
-        "            pass  # MUTATION: no lock\n",
+        "    f = take_lock(out / LOCK_FILE, busy)\n",
+        '    f = open(out / LOCK_FILE, "a+")  # MUTATION: no lock\n',
         cost_s=5,
     ),
     Mutation(

@@ -16,15 +16,13 @@ one `GridConflict` line naming the file, what is wrong with it and how to rerun 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from arborl.train.runlog import take_lock
 
 LOCK_FILE = ".compare.lock"
 """The file in a grid folder whose `flock` marks the one compare running it."""
@@ -39,24 +37,20 @@ def grid_lock(out: Path) -> Iterator[None]:
     """Hold `out`'s grid lock for the block (no waiting): raise `GridBusy`, naming the
     holder's pid, when another live compare holds it."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / LOCK_FILE, "a+") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "a process that has not written its pid yet"
-            raise GridBusy(
-                f"grid folder {out} is in use by another `arborl compare` ({holder}); two "
-                "at once would leave the running cells alone and overwrite its comparison "
-                f"with an empty table. Wait for that one to end (then `arborl compare --out "
-                f"{out}` resumes or collects the grid), or give this one another --out"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        since = datetime.now().isoformat(timespec="seconds")
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
-        f.flush()
-        yield  # closing the file drops the lock
+
+    def busy(holder: str) -> GridBusy:
+        return GridBusy(
+            f"grid folder {out} is in use by another `arborl compare` ({holder}); two "
+            "at once would leave the running cells alone and overwrite its comparison "
+            f"with an empty table. Wait for that one to end (then `arborl compare --out "
+            f"{out}` resumes or collects the grid), or give this one another --out"
+        )
+
+    f = take_lock(out / LOCK_FILE, busy)
+    try:
+        yield
+    finally:
+        f.close()  # drops the lock
 
 
 def read_cell_json(path: Path, error: type[Exception]) -> Any:

@@ -55,28 +55,38 @@ class RunDirBusy(RuntimeError):
     """Another live process holds the run folder's lock."""
 
 
-def _lock(path: Path) -> Any:
-    """Open and exclusively `flock` `path/.lock` (no waiting), write who holds it and return
-    the open file: the lock lasts until that file is closed or the process dies."""
-    f = open(path / LOCK_FILE, "a+")  # noqa: SIM115 - closed in RunDir.close()
+def take_lock(file: Path, busy: Any) -> Any:
+    """Open and exclusively `flock` `file` (no waiting), write who holds it and return the
+    open file: the lock lasts until that file is closed or the process dies. When another
+    live process holds it, raise `busy(holder)` (what its line says)."""
+    f = open(file, "a+")  # noqa: SIM115 - the caller closes it
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
         holder = f.read().strip() or "a process that has not written its pid yet"
         f.close()
-        raise RunDirBusy(
-            f"run folder {path} is in use by another trainer ({holder}); two trainers in one "
-            "folder would interleave its metrics, config and checkpoints. Give this run "
-            "another trainer.name, or wait for that one to end (then trainer.resume=auto "
-            "continues it)"
-        ) from None
+        raise busy(holder) from None
     f.seek(0)
     f.truncate()
     since = datetime.now().isoformat(timespec="seconds")
     f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
     f.flush()
     return f
+
+
+def _lock(path: Path) -> Any:
+    """The run folder's lock (`take_lock` on `path/.lock`), closed in `RunDir.close()`."""
+
+    def busy(holder: str) -> RunDirBusy:
+        return RunDirBusy(
+            f"run folder {path} is in use by another trainer ({holder}); two trainers in one "
+            "folder would interleave its metrics, config and checkpoints. Give this run "
+            "another trainer.name, or wait for that one to end (then trainer.resume=auto "
+            "continues it)"
+        )
+
+    return take_lock(path / LOCK_FILE, busy)
 
 
 def lock_holder(path: str | Path) -> str | None:
